@@ -1,0 +1,56 @@
+# ComputePlane operator. `make help` lists the targets.
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+
+CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+# The pinned kube-apiserver, etcd and kubectl, built once into a cache outside the repo.
+TESTBIN = $(shell test/tools/build.sh)
+IMG ?= ghcr.io/cozystack/computeplane:dev
+GO_TEST_FLAGS ?=
+
+.PHONY: help
+help: ## Show the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+.PHONY: generate
+generate: ## Generate deep-copy code from the API types.
+	$(CONTROLLER_GEN) object paths=./api/...
+
+.PHONY: manifests
+manifests: ## Generate the CRDs, RBAC and webhook manifests into config/.
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=computeplane-manager webhook paths=./controllers/... \
+		output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
+
+.PHONY: testbin
+testbin: ## Build the pinned kube-apiserver, etcd and kubectl (once).
+	@echo $(TESTBIN)
+
+.PHONY: build
+build: ## Build the manager binary into bin/.
+	go build -o bin/manager ./cmd/manager
+
+.PHONY: test
+test: ## Run every test (unit and envtest on real apiservers) with -race.
+	KUBEBUILDER_ASSETS=$(TESTBIN) go test -race -count=1 $(GO_TEST_FLAGS) ./...
+
+.PHONY: demo
+demo: ## Run the embedded default: a local management apiserver, the manager and a sample plane.
+	KUBEBUILDER_ASSETS=$(TESTBIN) go run ./cmd/demo
+
+.PHONY: e2e
+e2e: ## Run the end-to-end scenarios against real apiservers.
+	KUBEBUILDER_ASSETS=$(TESTBIN) go test -race -count=1 -v ./test/e2e/...
+
+.PHONY: bench
+bench: ## Run the benchmarks against real apiservers and print their figures.
+	KUBEBUILDER_ASSETS=$(TESTBIN) go test -run '^$$' -bench . -benchtime 1x ./test/bench/...
+
+.PHONY: lint
+lint: ## Vet, check formatting and that generated files are current.
+	go vet ./...
+	test -z "$$(gofmt -l api cmd controllers remote netpol test)"
+
+.PHONY: docker-build
+docker-build: ## Build the manager image (needs a Docker engine).
+	docker build -t $(IMG) .

@@ -1,0 +1,336 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// InfrastructurePlacement says where a plane's infrastructure objects live.
+// +kubebuilder:validation:Enum=DedicatedNamespace;TenantNamespace
+type InfrastructurePlacement string
+
+const (
+	// DedicatedNamespace keeps the Cluster API objects, Kamaji's Secrets (the admin
+	// kubeconfig among them), the VMs and the system add-on releases in an operator-owned
+	// namespace per plane, out of the tenant's reach. The default, because a tenant can
+	// usually read Secrets in its own namespace.
+	DedicatedNamespace InfrastructurePlacement = "DedicatedNamespace"
+	// TenantNamespace keeps them in the tenant namespace, for platforms that already hide
+	// such objects from tenants.
+	TenantNamespace InfrastructurePlacement = "TenantNamespace"
+)
+
+// PodSecurityLevel is a Pod Security Standards level.
+// +kubebuilder:validation:Enum=privileged;baseline;restricted
+type PodSecurityLevel string
+
+const (
+	// PodSecurityRestricted is the level untrusted code runs under.
+	PodSecurityRestricted PodSecurityLevel = "restricted"
+	// PodSecurityBaseline forbids known privilege escalations only.
+	PodSecurityBaseline PodSecurityLevel = "baseline"
+	// PodSecurityPrivileged enforces nothing.
+	PodSecurityPrivileged PodSecurityLevel = "privileged"
+)
+
+// InternetEgress says whether a plane's VMs may reach addresses outside the cluster.
+// +kubebuilder:validation:Enum=Allow;Deny
+type InternetEgress string
+
+const (
+	// InternetAllow lets the plane's VMs reach the internet (never cluster-internal
+	// addresses, which only grants open).
+	InternetAllow InternetEgress = "Allow"
+	// InternetDeny confines the plane's VMs to DNS, their own control plane and granted
+	// Services.
+	InternetDeny InternetEgress = "Deny"
+)
+
+// ServiceType is how a plane's Kamaji control plane is exposed on the management cluster.
+// +kubebuilder:validation:Enum=ClusterIP;LoadBalancer;NodePort
+type ServiceType string
+
+// ComputePlaneClassSpec is the operator-owned profile of a family of ComputePlanes.
+// Everything security-relevant lives here; a tenant's ComputePlane only picks a class and
+// sets the curated knobs, which the controller checks against the limits below.
+// +kubebuilder:validation:XValidation:rule="self.infrastructure.placement == oldSelf.infrastructure.placement",message="infrastructure.placement is immutable: moving existing planes' infrastructure between namespaces is not supported; create a new class"
+type ComputePlaneClassSpec struct {
+	// KubernetesVersion of the control plane and the workers, for example "v1.33.4".
+	// Raising it upgrades every plane of the class: the control plane first, then workers.
+	// +kubebuilder:validation:Pattern=`^v1\.[0-9]+\.[0-9]+$`
+	KubernetesVersion string `json:"kubernetesVersion"`
+
+	// ControlPlane is the Kamaji hosted control plane profile.
+	// +optional
+	// +kubebuilder:default={}
+	ControlPlane ControlPlaneProfile `json:"controlPlane,omitempty"`
+
+	// Infrastructure says where each plane's infrastructure objects live.
+	// +optional
+	// +kubebuilder:default={}
+	Infrastructure InfrastructureProfile `json:"infrastructure,omitempty"`
+
+	// Addons are the system add-ons every plane of this class gets, installed by the
+	// operator with the plane's admin credential (which the tenant never sees). A Kamaji
+	// control plane has no CNI, so exactly one add-on must have the role CNI.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.filter(a, a.role == 'CNI').size() == 1",message="exactly one add-on must have role CNI: without a CNI the plane's workers never become Ready"
+	Addons []SystemAddon `json:"addons"`
+
+	// PodSecurity is the Pod Security Admission posture enforced inside each plane.
+	// +optional
+	// +kubebuilder:default={}
+	PodSecurity PodSecurityProfile `json:"podSecurity,omitempty"`
+
+	// Egress is the baseline of what a plane's VMs may reach from the management cluster.
+	// +optional
+	// +kubebuilder:default={}
+	Egress EgressProfile `json:"egress,omitempty"`
+
+	// NodeGroups bounds what a tenant may ask for in ComputePlane.spec.nodeGroups.
+	// +optional
+	// +kubebuilder:default={}
+	NodeGroups NodeGroupLimits `json:"nodeGroups,omitempty"`
+
+	// PlacementNamespaces holds the quota and limits given to every namespace the
+	// operator creates in a plane for placement releases.
+	// +optional
+	PlacementNamespaces PlacementNamespaceDefaults `json:"placementNamespaces,omitempty"`
+}
+
+// ControlPlaneProfile is the Kamaji control plane of each plane.
+type ControlPlaneProfile struct {
+	// DataStoreName is the Kamaji DataStore holding the planes' state.
+	// Empty means Kamaji's default DataStore.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="dataStoreName is immutable"
+	DataStoreName string `json:"dataStoreName,omitempty"`
+
+	// Replicas of the control plane's API server deployment.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// ServiceType exposes the control plane on the management cluster.
+	// +optional
+	// +kubebuilder:default=ClusterIP
+	ServiceType ServiceType `json:"serviceType,omitempty"`
+}
+
+// InfrastructureProfile places a plane's infrastructure.
+type InfrastructureProfile struct {
+	// Placement is DedicatedNamespace (default: an operator-owned namespace per plane,
+	// named <namespacePrefix><tenant namespace>) or TenantNamespace.
+	// +optional
+	// +kubebuilder:default=DedicatedNamespace
+	Placement InfrastructurePlacement `json:"placement,omitempty"`
+
+	// NamespacePrefix names dedicated infrastructure namespaces.
+	// +optional
+	// +kubebuilder:default="cp-"
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*)?$`
+	// +kubebuilder:validation:MaxLength=20
+	NamespacePrefix string `json:"namespacePrefix,omitempty"`
+}
+
+// AddonRole tells the operator what an add-on provides to a plane.
+// +kubebuilder:validation:Enum=CNI;CertManager;Ingress;Other
+type AddonRole string
+
+const (
+	// AddonRoleCNI is the pod network; workers are not Ready without it.
+	AddonRoleCNI AddonRole = "CNI"
+	// AddonRoleCertManager issues certificates for placement applications.
+	AddonRoleCertManager AddonRole = "CertManager"
+	// AddonRoleIngress routes traffic to placement applications.
+	AddonRoleIngress AddonRole = "Ingress"
+	// AddonRoleOther is any other system component.
+	AddonRoleOther AddonRole = "Other"
+)
+
+// SystemAddon is a Helm chart the operator installs into every plane of a class, as a
+// Flux HelmRelease next to the plane's infrastructure.
+type SystemAddon struct {
+	// Name of the add-on, unique in the class.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=40
+	Name string `json:"name"`
+
+	// Role of the add-on.
+	Role AddonRole `json:"role"`
+
+	// ChartRef points at a Flux chart source (OCIRepository, HelmChart or
+	// ExternalArtifact) in the management cluster.
+	ChartRef AddonChartRef `json:"chartRef"`
+
+	// TargetNamespace in the plane. It is exempt from Pod Security only when it is also
+	// listed in podSecurity.exemptNamespaces.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	TargetNamespace string `json:"targetNamespace"`
+
+	// Values passed to the chart.
+	// +optional
+	Values *apiextensionsv1.JSON `json:"values,omitempty"`
+}
+
+// AddonChartRef is a cross-namespace reference to a Flux chart source.
+type AddonChartRef struct {
+	// Kind of the source.
+	// +kubebuilder:validation:Enum=OCIRepository;HelmChart;ExternalArtifact
+	Kind string `json:"kind"`
+	// Name of the source.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Namespace of the source; empty means the release's own namespace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// PodSecurityProfile is the Pod Security Admission posture of a plane.
+type PodSecurityProfile struct {
+	// Level enforced on every namespace of the plane but the exempt ones.
+	// +optional
+	// +kubebuilder:default=restricted
+	Level PodSecurityLevel `json:"level,omitempty"`
+
+	// Version pins the Pod Security Standards version ("v1.33", or "latest").
+	// +optional
+	// +kubebuilder:default=latest
+	// +kubebuilder:validation:Pattern=`^(latest|v1\.[0-9]+)$`
+	Version string `json:"version,omitempty"`
+
+	// ExemptNamespaces are the plane's system namespaces left at the privileged level
+	// because the add-ons need it (a CNI runs privileged). Everything not listed is
+	// enforced, including namespaces created later.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:items:MaxLength=63
+	ExemptNamespaces []string `json:"exemptNamespaces,omitempty"`
+}
+
+// EgressProfile is the baseline egress of a plane's VMs.
+type EgressProfile struct {
+	// Internet is Allow or Deny (default). Cluster-internal destinations and the
+	// management kube-apiserver stay denied either way.
+	// +optional
+	// +kubebuilder:default=Deny
+	Internet InternetEgress `json:"internet,omitempty"`
+}
+
+// NodeGroupLimits bound a tenant's node groups.
+type NodeGroupLimits struct {
+	// MaxGroups a plane may declare.
+	// +optional
+	// +kubebuilder:default=8
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=64
+	MaxGroups int32 `json:"maxGroups,omitempty"`
+
+	// MaxReplicas a node group may scale to.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	MaxReplicas int32 `json:"maxReplicas,omitempty"`
+
+	// MaxCPU per node, when a group sets resources instead of an instance type.
+	// +optional
+	MaxCPU *resource.Quantity `json:"maxCPU,omitempty"`
+
+	// MaxMemory per node, when a group sets resources instead of an instance type.
+	// +optional
+	MaxMemory *resource.Quantity `json:"maxMemory,omitempty"`
+
+	// MaxDiskSize per node.
+	// +optional
+	MaxDiskSize *resource.Quantity `json:"maxDiskSize,omitempty"`
+
+	// InstanceTypes a group may use (KubeVirt VirtualMachineClusterInstancetype names).
+	// Empty allows none: groups must then set resources.
+	// +optional
+	// +listType=set
+	InstanceTypes []string `json:"instanceTypes,omitempty"`
+
+	// GPUs a group may attach.
+	// +optional
+	// +listType=map
+	// +listMapKey=deviceName
+	GPUs []GPULimit `json:"gpus,omitempty"`
+
+	// StorageClassName of the VMs' system disks; empty means the cluster default.
+	// +optional
+	StorageClassName string `json:"storageClassName,omitempty"`
+
+	// DefaultDiskSize of a node's system disk when the group does not set one.
+	// +optional
+	DefaultDiskSize *resource.Quantity `json:"defaultDiskSize,omitempty"`
+}
+
+// GPULimit allows one GPU device type.
+type GPULimit struct {
+	// DeviceName as KubeVirt's permittedHostDevices exposes it, for example
+	// "nvidia.com/GA102GL_A10".
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9.-]+/[a-zA-Z0-9._-]+$`
+	// +kubebuilder:validation:MaxLength=253
+	DeviceName string `json:"deviceName"`
+
+	// MaxPerNode devices of this type.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	MaxPerNode int32 `json:"maxPerNode,omitempty"`
+}
+
+// PlacementNamespaceDefaults are the quota and limits of placement namespaces.
+type PlacementNamespaceDefaults struct {
+	// Quota is the ResourceQuota hard limits of each placement namespace.
+	// +optional
+	Quota corev1.ResourceList `json:"quota,omitempty"`
+
+	// LimitRange is the container limit range of each placement namespace.
+	// +optional
+	LimitRange []corev1.LimitRangeItem `json:"limitRange,omitempty"`
+}
+
+// ComputePlaneClass is an operator-owned profile for ComputePlanes: Kubernetes version,
+// datastore, security posture, allowed GPUs, size ceilings and quotas.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=cpc,categories=computeplane
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.kubernetesVersion`
+// +kubebuilder:printcolumn:name="Placement",type=string,JSONPath=`.spec.infrastructure.placement`
+// +kubebuilder:printcolumn:name="PodSecurity",type=string,JSONPath=`.spec.podSecurity.level`
+// +kubebuilder:printcolumn:name="Internet",type=string,JSONPath=`.spec.egress.internet`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ComputePlaneClass struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the profile.
+	Spec ComputePlaneClassSpec `json:"spec"`
+}
+
+// ComputePlaneClassList is a list of ComputePlaneClasses.
+// +kubebuilder:object:root=true
+type ComputePlaneClassList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ComputePlaneClass `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ComputePlaneClass{}, &ComputePlaneClassList{})
+}

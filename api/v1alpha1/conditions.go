@@ -1,0 +1,70 @@
+package v1alpha1
+
+import "github.com/fluxcd/pkg/apis/meta"
+
+// Condition types. Ready, Reconciling and Stalled follow kstatus (Flux's meta package
+// defines them); the others are one per lifecycle stage, in the order the controller
+// runs them. Ready is True only when every gating stage is True.
+const (
+	// ReadyCondition summarises the stages: True only when the plane is provisioned and
+	// hardened, and the hardening has been read back.
+	ReadyCondition = meta.ReadyCondition
+	// ReconcilingCondition is present, True, while the operator is still working.
+	ReconcilingCondition = meta.ReconcilingCondition
+	// StalledCondition is present, True, when the operator cannot go on without a change
+	// from a person (an invalid spec, a conflicting object).
+	StalledCondition = meta.StalledCondition
+
+	// ValidCondition: the spec fits its class and is the only ComputePlane in its namespace.
+	ValidCondition = "Valid"
+	// ProvisionedCondition: the cluster is up and its admin credential usable.
+	ProvisionedCondition = "Provisioned"
+	// PodSecurityCondition: Pod Security Admission is enforced in the plane.
+	PodSecurityCondition = "PodSecurityEnforced"
+	// AdmissionCondition: the plane's ValidatingAdmissionPolicies are in place.
+	AdmissionCondition = "AdmissionPoliciesReady"
+	// EgressCondition: the management-side egress baseline is in place.
+	EgressCondition = "EgressHardened"
+	// IdentitiesCondition: the deployer and applier identities and credential exist.
+	IdentitiesCondition = "IdentitiesReady"
+	// NetworkPoliciesCondition: the per-Service egress grants are in place.
+	NetworkPoliciesCondition = "NetworkPoliciesReady"
+)
+
+// GatingConditions are the stage conditions that make up Ready, in lifecycle order.
+var GatingConditions = []string{
+	ValidCondition,
+	ProvisionedCondition,
+	PodSecurityCondition,
+	AdmissionCondition,
+	EgressCondition,
+	IdentitiesCondition,
+	NetworkPoliciesCondition,
+}
+
+// Reasons shared by several conditions.
+const (
+	// SucceededReason: the stage is done and verified.
+	SucceededReason = meta.SucceededReason
+	// ProgressingReason: the operator is working on the stage.
+	ProgressingReason = meta.ProgressingReason
+	// NotImplementedReason: this build of the operator does not implement the stage yet,
+	// so the plane cannot become Ready (see the README's roadmap).
+	NotImplementedReason = "NotImplemented"
+	// BlockedReason: an earlier stage is not done.
+	BlockedReason = "Blocked"
+	// DeletingReason: the plane is being torn down.
+	DeletingReason = "Deleting"
+)
+
+// Reasons of the Valid condition.
+const (
+	// ClassNotFoundReason: spec.className names no ComputePlaneClass. The plane waits and
+	// resumes as soon as the class is created.
+	ClassNotFoundReason = "ClassNotFound"
+	// SpecExceedsClassReason: a knob is outside what the class allows; the message names
+	// the field. Terminal until the spec or the class changes.
+	SpecExceedsClassReason = "SpecExceedsClass"
+	// DuplicateReason: another, older ComputePlane exists in the namespace. Terminal.
+	DuplicateReason = "DuplicateInNamespace"
+)

@@ -1,0 +1,93 @@
+// Command manager runs the ComputePlane operator on a management cluster.
+package main
+
+import (
+	"flag"
+	"os"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/cozystack/computeplane/controllers"
+)
+
+func main() {
+	var (
+		metricsAddr, probeAddr, leaderNS, certDir string
+		leaderElect, webhooks, reconcileRequests  bool
+		concurrent, webhookPort                   int
+		requeue, minRetry, maxRetry               time.Duration
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles.")
+	flag.StringVar(&leaderNS, "leader-election-namespace", "", "Namespace of the leader lease; empty means the pod's namespace.")
+	flag.IntVar(&concurrent, "concurrent", 4, "ComputePlanes reconciled in parallel.")
+	flag.DurationVar(&requeue, "requeue-interval", 30*time.Second, "How often a plane waiting on something that sends no event looks again (jittered).")
+	flag.DurationVar(&minRetry, "min-retry-delay", 750*time.Millisecond, "First backoff after a transient error.")
+	flag.DurationVar(&maxRetry, "max-retry-delay", 15*time.Minute, "Longest backoff after repeated transient errors.")
+	flag.BoolVar(&reconcileRequests, "reconcile-requests", true,
+		"Reconcile when the reconcile.fluxcd.io/requestedAt annotation changes, and echo it in status.lastHandledReconcileAt.")
+	flag.BoolVar(&webhooks, "enable-webhooks", true, "Serve the admission webhooks (needs a serving certificate).")
+	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port of the admission webhook server.")
+	flag.StringVar(&certDir, "webhook-cert-dir", "", "Directory with tls.crt and tls.key for the webhook server; empty means the default.")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                        controllers.NewScheme(),
+		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:        probeAddr,
+		LeaderElection:                leaderElect,
+		LeaderElectionID:              "computeplane-operator.computeplane.cozystack.io",
+		LeaderElectionNamespace:       leaderNS,
+		LeaderElectionReleaseOnCancel: true,
+		WebhookServer:                 webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: certDir}),
+	})
+	if err != nil {
+		log.Error(err, "creating the manager")
+		os.Exit(1)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := controllers.Setup(ctx, mgr, controllers.Options{
+		Setup: controllers.SetupOptions{
+			Options: controller.Options{
+				MaxConcurrentReconciles: concurrent,
+				RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](minRetry, maxRetry),
+			},
+			ReconcileRequests: reconcileRequests,
+		},
+		RequeueInterval: requeue,
+		Webhooks:        webhooks,
+	}); err != nil {
+		log.Error(err, "setting up the controllers")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "adding the health check")
+		os.Exit(1)
+	}
+	ready := healthz.Ping
+	if webhooks {
+		ready = mgr.GetWebhookServer().StartedChecker()
+	}
+	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
+		log.Error(err, "adding the readiness check")
+		os.Exit(1)
+	}
+	log.Info("starting the manager")
+	if err := mgr.Start(ctx); err != nil {
+		log.Error(err, "running the manager")
+		os.Exit(1)
+	}
+}

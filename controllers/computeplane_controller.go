@@ -1,0 +1,170 @@
+// Package controllers holds the reconcilers: one per owned concern, each with the same
+// skeleton (fetch → finalizer → deferred status patch → ordered phases; deletion in an
+// explicit order).
+package controllers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+)
+
+// FieldOwner is the server-side apply field manager of everything this reconciler writes.
+const FieldOwner = "computeplane-controller"
+
+const classNameField = ".spec.className"
+
+// ComputePlaneReconciler drives a ComputePlane through its lifecycle stages.
+type ComputePlaneReconciler struct {
+	client.Client
+	// APIReader reads around the cache where a stale read would be unsafe.
+	APIReader client.Reader
+	Events    events.EventRecorder
+	// RequeueInterval is how long a plane waiting on something that sends no event waits
+	// before it looks again (jittered by up to 20%).
+	RequeueInterval time.Duration
+}
+
+// SetupOptions are the manager flags that shape the controller.
+type SetupOptions struct {
+	controller.Options
+	// ReconcileRequests makes a change of the reconcile.fluxcd.io/requestedAt annotation
+	// trigger a reconcile, as Flux's objects do.
+	ReconcileRequests bool
+}
+
+// +kubebuilder:rbac:groups=computeplane.cozystack.io,resources=computeplanes,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=computeplane.cozystack.io,resources=computeplanes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=computeplane.cozystack.io,resources=computeplanes/finalizers,verbs=update
+// +kubebuilder:rbac:groups=computeplane.cozystack.io,resources=computeplaneclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager registers the reconciler, its index and its watches.
+func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &cpv1.ComputePlane{}, classNameField,
+		func(o client.Object) []string { return []string{o.(*cpv1.ComputePlane).Spec.ClassName} }); err != nil {
+		return err
+	}
+	own := predicate.Predicate(predicate.GenerationChangedPredicate{})
+	if opts.ReconcileRequests {
+		own = predicate.Or(own, reconcileRequestedPredicate{})
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&cpv1.ComputePlane{}, builder.WithPredicates(own)).
+		// A plane's class decides whether its spec is valid: re-check on every class change.
+		Watches(&cpv1.ComputePlaneClass{}, handler.EnqueueRequestsFromMapFunc(r.planesOfClass)).
+		// When the first plane of a namespace goes, a duplicate created in a race takes over.
+		Watches(&cpv1.ComputePlane{}, handler.EnqueueRequestsFromMapFunc(r.otherPlanesInNamespace),
+			builder.WithPredicates(predicate.Funcs{
+				CreateFunc:  func(event.CreateEvent) bool { return false },
+				UpdateFunc:  func(event.UpdateEvent) bool { return false },
+				GenericFunc: func(event.GenericEvent) bool { return false },
+			})).
+		WithOptions(opts.Options).
+		Complete(r)
+}
+
+// Reconcile runs the skeleton: fetch, finalizer, deferred status patch, phases.
+func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	plane := &cpv1.ComputePlane{}
+	if err := r.Get(ctx, req.NamespacedName, plane); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+
+	if plane.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(plane, cpv1.ComputePlaneFinalizer) {
+		patch := client.MergeFromWithOptions(plane.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(plane, cpv1.ComputePlaneFinalizer)
+		if err := r.Patch(ctx, plane, patch, client.FieldOwner(FieldOwner)); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	s := &scope{plane: plane, results: map[string]stageResult{}}
+	before := plane.Status.DeepCopy()
+	defer func() {
+		if err := r.patchStatus(ctx, s, before, result, retErr); err != nil {
+			retErr = kerrors.NewAggregate([]error{retErr, err})
+		}
+	}()
+
+	if !plane.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	return r.reconcileNormal(ctx, s)
+}
+
+// phase observes one stage into the scope. It returns an error only for transient
+// failures (which back off); a stage that is not done records a non-True result.
+type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
+
+func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
+	phases := []phase{
+		r.reconcileValid,
+		r.reconcileProvisioning,
+	}
+	var result ctrl.Result
+	for _, p := range phases {
+		res, err := p(ctx, s)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		result = lowestRequeue(result, res)
+		if t, blocked := s.blocked(); blocked {
+			if t.terminal {
+				// Not retried: a change to the plane or its class starts a new reconcile.
+				return ctrl.Result{}, reconcile.TerminalError(errors.New(t.message))
+			}
+			return result, nil
+		}
+	}
+	return result, nil
+}
+
+func (r *ComputePlaneReconciler) jitter() time.Duration {
+	return wait.Jitter(r.RequeueInterval, 0.2)
+}
+
+func lowestRequeue(a, b ctrl.Result) ctrl.Result {
+	if a.RequeueAfter == 0 || (b.RequeueAfter > 0 && b.RequeueAfter < a.RequeueAfter) {
+		return b
+	}
+	return a
+}
+
+// scope carries one reconcile's plane, what it looked up and what each stage observed.
+type scope struct {
+	plane   *cpv1.ComputePlane
+	class   *cpv1.ComputePlaneClass
+	results map[string]stageResult
+	// last is the most recently observed stage, so blocked can stop the chain there.
+	last string
+	// released is set once the finalizer is gone and the object with it.
+	released bool
+}
+
+func (s *scope) observe(condition string, r stageResult) {
+	s.results[condition] = r
+	s.last = condition
+}
+
+// blocked reports the latest stage's result when it is not True.
+func (s *scope) blocked() (stageResult, bool) {
+	r, ok := s.results[s.last]
+	return r, ok && r.status != metav1.ConditionTrue
+}

@@ -1,0 +1,102 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+)
+
+// ownedConditions are the condition types this reconciler writes. Other controllers (the
+// placement controller) own theirs; server-side apply keeps each one's list entries.
+var ownedConditions = append([]string{cpv1.ReadyCondition, cpv1.ReconcilingCondition, cpv1.StalledCondition},
+	cpv1.GatingConditions...)
+
+// patchStatus is the one place that writes a ComputePlane's status. It derives the
+// summary conditions, moves observedGeneration only when the reconcile ended (cleanly or
+// terminally, not while waiting), echoes the reconcile request, emits an event per
+// condition transition, and applies the owned fields only when they changed.
+func (r *ComputePlaneReconciler) patchStatus(ctx context.Context, s *scope, before *cpv1.ComputePlaneStatus, result ctrl.Result, retErr error) error {
+	if s.released {
+		return nil
+	}
+	p := s.plane
+	deleting := !p.DeletionTimestamp.IsZero()
+	summarize(&p.Status.Conditions, p.Generation, s.results, deleting)
+
+	terminal := retErr != nil && errors.Is(retErr, reconcile.TerminalError(nil))
+	if (retErr == nil && result.RequeueAfter == 0) || terminal {
+		p.Status.ObservedGeneration = p.Generation
+	}
+	if v, ok := meta.ReconcileAnnotationValue(p.GetAnnotations()); ok {
+		p.Status.LastHandledReconcileAt = v
+	}
+
+	after := ownedStatus(&p.Status)
+	if equality.Semantic.DeepEqual(ownedStatus(before), after) {
+		return nil
+	}
+	r.recordTransitions(p, before.Conditions)
+	return applyStatus(ctx, r.Client, p, after)
+}
+
+// ownedStatus is the part of a status this reconciler applies.
+func ownedStatus(st *cpv1.ComputePlaneStatus) *cpv1.ComputePlaneStatus {
+	out := st.DeepCopy()
+	out.Placement = nil
+	out.Conditions = nil
+	for _, t := range ownedConditions {
+		if c := apimeta.FindStatusCondition(st.Conditions, t); c != nil {
+			out.Conditions = append(out.Conditions, *c)
+		}
+	}
+	return out
+}
+
+func applyStatus(ctx context.Context, c client.Client, p *cpv1.ComputePlane, st *cpv1.ComputePlaneStatus) error {
+	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(st)
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"status": status}}
+	u.SetGroupVersionKind(cpv1.GroupVersion.WithKind("ComputePlane"))
+	u.SetName(p.Name)
+	u.SetNamespace(p.Namespace)
+	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
+		client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("patching status: %w", client.IgnoreNotFound(err))
+	}
+	return nil
+}
+
+// recordTransitions emits one event per owned condition whose status or reason changed.
+// A condition going False while the plane is Stalled is a Warning; the rest are Normal.
+func (r *ComputePlaneReconciler) recordTransitions(p *cpv1.ComputePlane, before []metav1.Condition) {
+	stalled := apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.StalledCondition)
+	for _, t := range append([]string{cpv1.ReadyCondition}, cpv1.GatingConditions...) {
+		now := apimeta.FindStatusCondition(p.Status.Conditions, t)
+		if now == nil {
+			continue
+		}
+		if old := apimeta.FindStatusCondition(before, t); old != nil && old.Status == now.Status && old.Reason == now.Reason {
+			continue
+		}
+		eventType := corev1.EventTypeNormal
+		if stalled && now.Status == metav1.ConditionFalse {
+			eventType = corev1.EventTypeWarning
+		}
+		r.Events.Eventf(p, nil, eventType, now.Reason, "ConditionChanged", "%s=%s: %s", t, now.Status, now.Message)
+	}
+}
