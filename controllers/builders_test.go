@@ -1,0 +1,75 @@
+package controllers_test
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+)
+
+type planeOpt func(*cpv1.ComputePlane)
+
+func newPlane(ns, name, class string, opts ...planeOpt) *cpv1.ComputePlane {
+	p := &cpv1.ComputePlane{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       cpv1.ComputePlaneSpec{ClassName: class},
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+func withGroup(name string, g cpv1.NodeGroup) planeOpt {
+	return func(p *cpv1.ComputePlane) {
+		if p.Spec.NodeGroups == nil {
+			p.Spec.NodeGroups = map[string]cpv1.NodeGroup{}
+		}
+		p.Spec.NodeGroups[name] = g
+	}
+}
+
+func withService(name string, ports ...int32) planeOpt {
+	return func(p *cpv1.ComputePlane) {
+		sa := cpv1.ServiceAccess{Name: name}
+		for _, port := range ports {
+			sa.Ports = append(sa.Ports, cpv1.ServicePort{Port: port, Protocol: "TCP"})
+		}
+		p.Spec.ServiceAccess = append(p.Spec.ServiceAccess, sa)
+	}
+}
+
+type classOpt func(*cpv1.ComputePlaneClass)
+
+func newClass(name string, opts ...classOpt) *cpv1.ComputePlaneClass {
+	c := &cpv1.ComputePlaneClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: cpv1.ComputePlaneClassSpec{
+			KubernetesVersion: "v1.33.4",
+			Addons: []cpv1.SystemAddon{{
+				Name: "cilium", Role: cpv1.AddonRoleCNI, TargetNamespace: "kube-system",
+				ChartRef: cpv1.AddonChartRef{Kind: "OCIRepository", Name: "cilium", Namespace: "cozy-system"},
+			}},
+			PodSecurity: cpv1.PodSecurityProfile{ExemptNamespaces: []string{"kube-system"}},
+			NodeGroups:  cpv1.NodeGroupLimits{MaxGroups: 4, MaxReplicas: 5, InstanceTypes: []string{"u1.medium"}},
+		},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// tenantNamespace creates a namespace with a random suffix for one test.
+func tenantNamespace(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant-" + rand.String(6)}}
+	if err := k8s.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}

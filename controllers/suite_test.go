@@ -1,0 +1,118 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/test/testenv"
+)
+
+// The suite shares one management apiserver and one running manager (webhook included);
+// each test works in namespaces of its own.
+var (
+	mgmt *testenv.Cluster
+	k8s  client.Client
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	scheme := controllers.NewScheme()
+	var err error
+	mgmt, err = testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Webhooks: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = mgmt.Stop() }()
+	k8s = mgmt.Client
+
+	recoverPanic := false // a panicking reconcile fails the run instead of being logged
+	mgr, err := ctrl.NewManager(mgmt.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		WebhookServer:          mgmt.WebhookServer(),
+		Controller:             config.Controller{RecoverPanic: &recoverPanic},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := controllers.Setup(ctx, mgr, controllers.Options{
+		Setup:           controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 2}, ReconcileRequests: true},
+		RequeueInterval: 2 * time.Second,
+		Webhooks:        true,
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	started := mgr.GetWebhookServer().StartedChecker()
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true,
+		func(context.Context) (bool, error) { return started(&http.Request{}) == nil, nil }); err != nil {
+		fmt.Fprintln(os.Stderr, "webhook server did not start:", err)
+		return 1
+	}
+	code := m.Run()
+	cancel()
+	if err := <-done; err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		return 1
+	}
+	return code
+}
+
+// eventually polls f until it returns nil, failing the test with f's last error.
+func eventually(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// conditionIs returns a check that plane's condition t has status s and reason.
+func conditionIs(ctx context.Context, key client.ObjectKey, t string, s metav1.ConditionStatus, reason string) func() error {
+	return func() error {
+		p := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, key, p); err != nil {
+			return err
+		}
+		c := apimeta.FindStatusCondition(p.Status.Conditions, t)
+		if c == nil {
+			return fmt.Errorf("no %s condition in %+v", t, p.Status.Conditions)
+		}
+		if c.Status != s || c.Reason != reason {
+			return fmt.Errorf("%s = %s/%s (%s), want %s/%s", t, c.Status, c.Reason, c.Message, s, reason)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,162 @@
+// Package testenv starts real kube-apiservers for tests, benchmarks and the demo: a
+// management cluster with the ComputePlane CRDs and the real upstream CRDs (Cluster API,
+// Kamaji, its CAPI provider, CAPK, Cilium, Flux) read from the pinned upstream modules,
+// and independent tenant clusters standing in for Kamaji control planes.
+package testenv
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// UpstreamCRDSource is one pinned upstream module and the CRD files it ships.
+type UpstreamCRDSource struct {
+	Module  string
+	Version string
+	// Files are paths inside the module; globs allowed.
+	Files []string
+}
+
+// UpstreamCRDs pins every upstream API the operator works with. The versions match
+// go.mod where the Go types are a dependency; the others (the CAPI main module, Kamaji's
+// CAPI provider, CAPK, the Flux controllers) are read only for their CRD YAML.
+var UpstreamCRDs = []UpstreamCRDSource{
+	{Module: "sigs.k8s.io/cluster-api", Version: "v1.14.2", Files: []string{
+		"core/config/crd/bases/cluster.x-k8s.io_clusters.yaml",
+		"core/config/crd/bases/cluster.x-k8s.io_machinedeployments.yaml",
+		"core/config/crd/bases/cluster.x-k8s.io_machinesets.yaml",
+		"core/config/crd/bases/cluster.x-k8s.io_machines.yaml",
+	}},
+	{Module: "github.com/clastix/kamaji", Version: "v1.0.0", Files: []string{
+		"charts/kamaji/crds/tenantcontrolplane.yaml",
+		"charts/kamaji/crds/datastore.yaml",
+	}},
+	{Module: "github.com/clastix/cluster-api-control-plane-provider-kamaji", Version: "v0.20.0", Files: []string{
+		"config/crd/bases/controlplane.cluster.x-k8s.io_kamajicontrolplanes.yaml",
+	}},
+	{Module: "sigs.k8s.io/cluster-api-provider-kubevirt", Version: "v0.1.10", Files: []string{
+		"config/crd/bases/infrastructure.cluster.x-k8s.io_kubevirtclusters.yaml",
+		"config/crd/bases/infrastructure.cluster.x-k8s.io_kubevirtmachines.yaml",
+		"config/crd/bases/infrastructure.cluster.x-k8s.io_kubevirtmachinetemplates.yaml",
+	}},
+	{Module: "github.com/cilium/cilium", Version: "v1.18.4", Files: []string{
+		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumnetworkpolicies.yaml",
+		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumclusterwidenetworkpolicies.yaml",
+	}},
+	{Module: "github.com/fluxcd/helm-controller", Version: "v1.4.0", Files: []string{
+		"config/crd/bases/helm.toolkit.fluxcd.io_helmreleases.yaml",
+	}},
+	{Module: "github.com/fluxcd/source-controller", Version: "v1.7.0", Files: []string{
+		"config/crd/bases/source.toolkit.fluxcd.io_helmrepositories.yaml",
+		"config/crd/bases/source.toolkit.fluxcd.io_helmcharts.yaml",
+		"config/crd/bases/source.toolkit.fluxcd.io_ocirepositories.yaml",
+		"config/crd/bases/source.toolkit.fluxcd.io_externalartifacts.yaml",
+	}},
+}
+
+var (
+	upstreamOnce sync.Once
+	upstream     []*apiextensionsv1.CustomResourceDefinition
+	upstreamErr  error
+)
+
+// LoadUpstreamCRDs reads the pinned upstream CRDs from the module cache (downloading a
+// module through the Go module proxy the first time). Conversion webhooks are dropped:
+// a test apiserver has no webhook to call, so multi-version CRDs are served without
+// conversion and must be used at their storage version.
+func LoadUpstreamCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	upstreamOnce.Do(func() {
+		for _, src := range UpstreamCRDs {
+			dir, err := moduleDir(src.Module, src.Version)
+			if err != nil {
+				upstreamErr = err
+				return
+			}
+			for _, pattern := range src.Files {
+				files, err := filepath.Glob(filepath.Join(dir, pattern))
+				if err != nil || len(files) == 0 {
+					upstreamErr = fmt.Errorf("%s@%s has no %s", src.Module, src.Version, pattern)
+					return
+				}
+				for _, f := range files {
+					crds, err := readCRDs(f)
+					if err != nil {
+						upstreamErr = err
+						return
+					}
+					upstream = append(upstream, crds...)
+				}
+			}
+		}
+	})
+	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(upstream))
+	for _, c := range upstream {
+		out = append(out, c.DeepCopy())
+	}
+	return out, upstreamErr
+}
+
+// moduleDir returns the module's directory in the module cache. It runs outside any
+// module so that go.mod and go.sum of the project are never touched.
+func moduleDir(module, version string) (string, error) {
+	cmd := exec.Command("go", "mod", "download", "-json", module+"@"+version)
+	cmd.Dir = os.TempDir()
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GO111MODULE=on")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var info struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &info); jerr == nil && info.Error != "" {
+		return "", fmt.Errorf("go mod download %s@%s: %s", module, version, info.Error)
+	}
+	if err != nil {
+		return "", fmt.Errorf("go mod download %s@%s: %w: %s", module, version, err, stderr.String())
+	}
+	if info.Dir == "" {
+		return "", fmt.Errorf("go mod download %s@%s returned no directory", module, version)
+	}
+	return info.Dir, nil
+}
+
+func readCRDs(path string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []*apiextensionsv1.CustomResourceDefinition
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(f))
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(doc, crd); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if crd.Kind != "CustomResourceDefinition" {
+			continue
+		}
+		crd.Spec.Conversion = nil
+		out = append(out, crd)
+	}
+}
