@@ -194,7 +194,7 @@ type ComputePlaneStatus struct {
 // control plane with KubeVirt workers). At most one may exist per namespace.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=cp,categories=computeplane
+// +kubebuilder:resource:shortName=cp
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`

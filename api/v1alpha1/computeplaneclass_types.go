@@ -309,7 +309,7 @@ type PlacementNamespaceDefaults struct {
 // ComputePlaneClass is an operator-owned profile for ComputePlanes: Kubernetes version,
 // datastore, security posture, allowed GPUs, size ceilings and quotas.
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,shortName=cpc,categories=computeplane
+// +kubebuilder:resource:scope=Cluster,shortName=cpc
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.kubernetesVersion`
 // +kubebuilder:printcolumn:name="Placement",type=string,JSONPath=`.spec.infrastructure.placement`
 // +kubebuilder:printcolumn:name="PodSecurity",type=string,JSONPath=`.spec.podSecurity.level`

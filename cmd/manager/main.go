@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -38,7 +39,9 @@ func main() {
 	flag.BoolVar(&webhooks, "enable-webhooks", true, "Serve the admission webhooks (needs a serving certificate).")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port of the admission webhook server.")
 	flag.StringVar(&certDir, "webhook-cert-dir", "", "Directory with tls.crt and tls.key for the webhook server; empty means the default.")
-	zapOpts := zap.Options{}
+	// Stack traces only for panics: a terminal (Stalled) reconcile is logged as an error
+	// and needs no trace. --zap-stacktrace-level overrides.
+	zapOpts := zap.Options{StacktraceLevel: zapcore.DPanicLevel}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))

@@ -2,11 +2,12 @@ package testenv_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
-	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -81,19 +82,28 @@ func TestManagementHasRealUpstreamCRDs(t *testing.T) {
 		}
 	}
 
-	// The real KamajiControlPlane schema (no Go types are importable) rejects a bad field.
-	kcp := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "controlplane.cluster.x-k8s.io/v1alpha1", "kind": "KamajiControlPlane",
-		"metadata": map[string]any{"namespace": "upstream", "name": "k1"},
-		"spec":     map[string]any{"version": "v1.33.0", "replicas": "two"},
-	}}
-	if err := c.Create(ctx, kcp); err == nil {
-		t.Error("KamajiControlPlane with replicas: \"two\" was accepted; the real CRD schema is not loaded")
+	// The real KamajiControlPlane schema (its Go types cannot be a dependency) accepts a
+	// well-formed object and rejects a malformed one with its own message.
+	kcp := func(name string, spec map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "controlplane.cluster.x-k8s.io/v1alpha2", "kind": "KamajiControlPlane",
+			"metadata": map[string]any{"namespace": "upstream", "name": name},
+			"spec":     spec,
+		}}
+	}
+	if err := c.Create(ctx, kcp("good", map[string]any{"version": "v1.33.0", "replicas": int64(2)})); err != nil {
+		t.Errorf("a well-formed KamajiControlPlane was refused: %v", err)
+	}
+	err = c.Create(ctx, kcp("bad", map[string]any{"version": "v1.33.0", "replicas": "two"}))
+	if err == nil || !strings.Contains(err.Error(), "spec.replicas") {
+		t.Errorf("KamajiControlPlane with replicas: \"two\": got %v, want a schema error on spec.replicas", err)
 	}
 	// Flux's schema rejects a HelmRelease without interval.
-	bad := &helmv2.HelmRelease{ObjectMeta: metav1.ObjectMeta{Namespace: "upstream", Name: "bad"}}
-	if err := c.Create(ctx, bad); err == nil {
-		t.Error("HelmRelease without chart or interval was accepted; the real Flux CRD is not loaded")
+	bad := &helmv2.HelmRelease{ObjectMeta: metav1.ObjectMeta{Namespace: "upstream", Name: "bad"},
+		Spec: helmv2.HelmReleaseSpec{Interval: metav1.Duration{Duration: time.Minute}}}
+	err = c.Create(ctx, bad)
+	if err == nil || !strings.Contains(err.Error(), "either chart or chartRef must be set") {
+		t.Errorf("HelmRelease without a chart: got %v, want Flux's CEL rule to refuse it", err)
 	}
 }
 

@@ -8,7 +8,10 @@ set -euo pipefail
 K8S_VERSION=v1.36.3
 ETCD_VERSION=v3.6.6
 here=$(cd "$(dirname "$0")" && pwd)
-dir=${COMPUTEPLANE_TESTBIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/computeplane/testbin/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}}
+# The directory is keyed by the versions and by the tool sources, so a change to either
+# rebuilds; everything else reuses the binaries.
+src=$(cd "$here" && cat build.sh */go.mod */go.sum $(find . -name '*.go' | sort) | sha256sum | cut -c1-12)
+dir=${COMPUTEPLANE_TESTBIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/computeplane/testbin/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}-${src}}
 mkdir -p "$dir"
 
 minor=${K8S_VERSION#v1.}; minor=${minor%%.*}

@@ -1,0 +1,213 @@
+// Command demo is the embedded default: it starts a local management kube-apiserver (with
+// the ComputePlane and upstream CRDs), runs the operator against it, stands in for
+// Kamaji and its Cluster API provider with a real tenant kube-apiserver per control
+// plane, applies the sample class and plane with kubectl, and prints what an operator
+// would see. It removes everything it started when it exits or on Ctrl-C.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/test/devprovider"
+	"github.com/cozystack/computeplane/test/testenv"
+)
+
+func main() {
+	stay := flag.Bool("wait", false, "keep running after the walkthrough until Ctrl-C, to explore with kubectl")
+	verbose := flag.Bool("v", false, "show the operator's logs")
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseDevMode(false), zap.Level(logLevel(*verbose))))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *stay); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func logLevel(verbose bool) zapcore.Level {
+	if verbose {
+		return zapcore.InfoLevel
+	}
+	// The walkthrough checks every outcome itself; the operator's logs (including the
+	// terminal error a Stalled plane logs) would only interleave with kubectl's output.
+	return zapcore.DPanicLevel
+}
+
+func run(ctx context.Context, stay bool) error {
+	step("Starting a management kube-apiserver and etcd (with the ComputePlane, Cluster API, Kamaji, CAPK, Cilium and Flux CRDs)")
+	scheme := controllers.NewScheme()
+	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Webhooks: true})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		step("Stopping the apiservers")
+		_ = mgmt.Stop()
+	}()
+
+	mgr, err := ctrl.NewManager(mgmt.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		WebhookServer:          mgmt.WebhookServer(),
+	})
+	if err != nil {
+		return err
+	}
+	if err := controllers.Setup(ctx, mgr, controllers.Options{
+		Setup:           controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
+		RequeueInterval: 5 * time.Second,
+		Webhooks:        true,
+	}); err != nil {
+		return err
+	}
+	provider := &devprovider.Provider{Client: mgr.GetClient(), Scheme: scheme}
+	if err := provider.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	defer provider.Stop()
+
+	mgrCtx, cancelMgr := context.WithCancel(ctx)
+	mgrDone := make(chan error, 1)
+	go func() { mgrDone <- mgr.Start(mgrCtx) }()
+	defer func() { cancelMgr(); <-mgrDone }()
+	started := mgr.GetWebhookServer().StartedChecker()
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true,
+		func(context.Context) (bool, error) { return started(&http.Request{}) == nil, nil }); err != nil {
+		return fmt.Errorf("the webhook server did not start: %w", err)
+	}
+	step("The operator is running (controllers and admission webhook)")
+
+	kubeconfig, cleanup, err := writeKubeconfig(mgmt)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	kubectl := func(args ...string) error {
+		fmt.Printf("\n$ kubectl %s\n", join(args))
+		cmd := exec.CommandContext(ctx, filepath.Join(mgmt.Env.BinaryAssetsDirectory, "kubectl"), args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+		return cmd.Run()
+	}
+
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	samples := filepath.Join(root, "config", "samples")
+	if err := kubectl("create", "namespace", "tenant-demo"); err != nil {
+		return err
+	}
+	if err := kubectl("apply", "--server-side", "-f", filepath.Join(samples, "computeplaneclass.yaml")); err != nil {
+		return err
+	}
+	if err := kubectl("apply", "--server-side", "-f", filepath.Join(samples, "computeplane.yaml")); err != nil {
+		return err
+	}
+	key := client.ObjectKey{Namespace: "tenant-demo", Name: "demo"}
+	if err := settled(ctx, mgmt.Client, key); err != nil {
+		return err
+	}
+	_ = kubectl("get", "computeplanes", "-A")
+	_ = kubectl("wait", "--for=condition=Valid", "--timeout=10s", "-n", "tenant-demo", "computeplane/demo")
+	_ = kubectl("get", "computeplane", "-n", "tenant-demo", "demo", "-o",
+		`jsonpath={range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.message}{"\n"}{end}`)
+
+	step("The API documents itself")
+	_ = kubectl("explain", "computeplane.spec.nodeGroups")
+
+	step("A second plane in the same namespace is refused at admission")
+	_ = kubectl("create", "--dry-run=server", "-f", filepath.Join(samples, "computeplane-second.yaml"))
+
+	step("Forcing a reconcile the Flux way")
+	stamp := fmt.Sprint(time.Now().Unix())
+	_ = kubectl("annotate", "--overwrite", "-n", "tenant-demo", "computeplane/demo", "reconcile.fluxcd.io/requestedAt="+stamp)
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		p := &cpv1.ComputePlane{}
+		if err := mgmt.Client.Get(ctx, key, p); err != nil {
+			return false, err
+		}
+		return p.Status.LastHandledReconcileAt == stamp, nil
+	}); err != nil {
+		return fmt.Errorf("the reconcile request was not acknowledged: %w", err)
+	}
+	_ = kubectl("get", "computeplane", "-n", "tenant-demo", "demo", "-o", "jsonpath={.status.lastHandledReconcileAt}{\"\\n\"}")
+
+	if stay {
+		step("Still running. In another shell: export KUBECONFIG=" + kubeconfig + "; Ctrl-C here to stop and clean up")
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// settled waits until the operator has reported on the plane's current generation.
+func settled(ctx context.Context, c client.Client, key client.ObjectKey) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p := &cpv1.ComputePlane{}
+		if err := c.Get(ctx, key, p); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		ready := apimeta.FindStatusCondition(p.Status.Conditions, cpv1.ReadyCondition)
+		return ready != nil && p.Status.ObservedGeneration == p.Generation, nil
+	})
+}
+
+func writeKubeconfig(mgmt *testenv.Cluster) (string, func(), error) {
+	user, err := mgmt.Env.AddUser(envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", nil, err
+	}
+	data, err := user.KubeConfig()
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp("", "computeplane-demo-")
+	if err != nil {
+		return "", nil, err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return "", nil, err
+	}
+	return path, func() { _ = os.RemoveAll(dir) }, nil
+}
+
+func step(s string) { fmt.Printf("\n==> %s\n", s) }
+
+// join renders args as a shell command a reader can paste.
+func join(args []string) string {
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		if strings.ContainsAny(a, " \t\"{}$[]*") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		quoted[i] = a
+	}
+	return strings.Join(quoted, " ")
+}

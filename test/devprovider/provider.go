@@ -1,0 +1,204 @@
+// Package devprovider stands in for Kamaji and its Cluster API control-plane provider on
+// a machine that runs neither (no Docker, no VMs): for every KamajiControlPlane it starts
+// a real kube-apiserver on loopback and reports it the way the providers do — a
+// TenantControlPlane with Kamaji's status, the admin kubeconfig Secret Kamaji writes, and
+// the KamajiControlPlane's status. The demo and the e2e scenarios use it; production
+// never does.
+package devprovider
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"sync"
+
+	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/cozystack/computeplane/test/testenv"
+)
+
+// KamajiControlPlaneGVK is the kind the provider reacts to (Kamaji's CAPI provider v0.20).
+var KamajiControlPlaneGVK = schema.GroupVersionKind{
+	Group: "controlplane.cluster.x-k8s.io", Version: "v1alpha2", Kind: "KamajiControlPlane",
+}
+
+// Provider runs one tenant apiserver per KamajiControlPlane.
+type Provider struct {
+	Client client.Client
+	Scheme *runtime.Scheme
+
+	mu      sync.Mutex
+	tenants map[types.NamespacedName]*testenv.Cluster
+}
+
+// SetupWithManager registers the provider's controller.
+func (p *Provider) SetupWithManager(mgr ctrl.Manager) error {
+	kcp := &unstructured.Unstructured{}
+	kcp.SetGroupVersionKind(KamajiControlPlaneGVK)
+	return ctrl.NewControllerManagedBy(mgr).Named("devprovider").For(kcp).Complete(p)
+}
+
+// Tenant returns the running apiserver of a KamajiControlPlane, or nil.
+func (p *Provider) Tenant(key types.NamespacedName) *testenv.Cluster {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tenants[key]
+}
+
+// StopTenant stops one tenant apiserver, as if the control plane crashed.
+func (p *Provider) StopTenant(key types.NamespacedName) error {
+	p.mu.Lock()
+	t := p.tenants[key]
+	delete(p.tenants, key)
+	p.mu.Unlock()
+	return t.Stop()
+}
+
+// Stop stops every tenant apiserver.
+func (p *Provider) Stop() {
+	p.mu.Lock()
+	tenants := p.tenants
+	p.tenants = nil
+	p.mu.Unlock()
+	for _, t := range tenants {
+		_ = t.Stop()
+	}
+}
+
+// Reconcile brings a KamajiControlPlane's stand-in up and reports it.
+func (p *Provider) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	kcp := &unstructured.Unstructured{}
+	kcp.SetGroupVersionKind(KamajiControlPlaneGVK)
+	if err := p.Client.Get(ctx, req.NamespacedName, kcp); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, p.StopTenant(req.NamespacedName)
+		}
+		return ctrl.Result{}, err
+	}
+	if !kcp.GetDeletionTimestamp().IsZero() {
+		return ctrl.Result{}, p.StopTenant(req.NamespacedName)
+	}
+	version, _, _ := unstructured.NestedString(kcp.Object, "spec", "version")
+
+	tenant, err := p.ensureTenant(req.NamespacedName)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	secretName, err := p.ensureAdminKubeconfig(ctx, tenant, kcp)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	endpoint, err := url.Parse(tenant.Config.Host)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := p.reportTenantControlPlane(ctx, kcp, version, secretName, endpoint.Host); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, p.reportKamajiControlPlane(ctx, kcp, version, endpoint)
+}
+
+func (p *Provider) ensureTenant(key types.NamespacedName) (*testenv.Cluster, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t := p.tenants[key]; t != nil {
+		return t, nil
+	}
+	t, err := testenv.StartTenant(p.Scheme)
+	if err != nil {
+		return nil, fmt.Errorf("starting the tenant apiserver of %s: %w", key, err)
+	}
+	if p.tenants == nil {
+		p.tenants = map[types.NamespacedName]*testenv.Cluster{}
+	}
+	p.tenants[key] = t
+	return t, nil
+}
+
+// ensureAdminKubeconfig writes Kamaji's admin kubeconfig Secret once per tenant
+// apiserver: a restarted apiserver gets new certificates, so a Secret from an earlier
+// one is replaced, as Kamaji rotates it.
+func (p *Provider) ensureAdminKubeconfig(ctx context.Context, tenant *testenv.Cluster, kcp *unstructured.Unstructured) (string, error) {
+	name := testenv.AdminKubeconfigSecretName(kcp.GetName())
+	existing := &corev1.Secret{}
+	err := p.Client.Get(ctx, client.ObjectKey{Namespace: kcp.GetNamespace(), Name: name}, existing)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return "", err
+	}
+	if err == nil && existing.Annotations[tenantAnnotation] == tenant.Config.Host {
+		return name, nil
+	}
+	want, kerr := testenv.AdminKubeconfigSecret(tenant, kcp.GetNamespace(), kcp.GetName())
+	if kerr != nil {
+		return "", kerr
+	}
+	metav1.SetMetaDataAnnotation(&want.ObjectMeta, tenantAnnotation, tenant.Config.Host)
+	if apierrors.IsNotFound(err) {
+		return name, p.Client.Create(ctx, want)
+	}
+	existing.Data = want.Data
+	metav1.SetMetaDataAnnotation(&existing.ObjectMeta, tenantAnnotation, tenant.Config.Host)
+	return name, p.Client.Update(ctx, existing)
+}
+
+const tenantAnnotation = "devprovider.computeplane.cozystack.io/apiserver"
+
+func (p *Provider) reportTenantControlPlane(ctx context.Context, kcp *unstructured.Unstructured, version, secretName, endpoint string) error {
+	tcp := &kamajiv1alpha1.TenantControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: kcp.GetNamespace(), Name: kcp.GetName()}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, p.Client, tcp, func() error {
+		tcp.Spec.Kubernetes.Version = version
+		tcp.Spec.Kubernetes.Kubelet.CGroupFS = "systemd"
+		tcp.Spec.ControlPlane.Service.ServiceType = kamajiv1alpha1.ServiceTypeClusterIP
+		return controllerutil.SetControllerReference(kcp, tcp, p.Scheme)
+	}); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(tcp.DeepCopy())
+	tcp.Status.Kubernetes.Version = kamajiv1alpha1.KubernetesVersion{Version: version, Status: ptr.To(kamajiv1alpha1.VersionReady)}
+	tcp.Status.KubeConfig.Admin.SecretName = secretName
+	tcp.Status.ControlPlaneEndpoint = endpoint
+	return p.Client.Status().Patch(ctx, tcp, patch)
+}
+
+func (p *Provider) reportKamajiControlPlane(ctx context.Context, kcp *unstructured.Unstructured, version string, endpoint *url.URL) error {
+	patch := client.MergeFrom(kcp.DeepCopy())
+	replicas, _, _ := unstructured.NestedInt64(kcp.Object, "spec", "replicas")
+	status := map[string]any{
+		"ready":                       true,
+		"initialization":              map[string]any{"controlPlaneInitialized": true},
+		"externalManagedControlPlane": true,
+		"version":                     version,
+		"replicas":                    replicas,
+		"readyReplicas":               replicas,
+		"availableReplicas":           replicas,
+		"upToDateReplicas":            replicas,
+	}
+	if err := unstructured.SetNestedMap(kcp.Object, status, "status"); err != nil {
+		return err
+	}
+	if err := p.Client.Status().Patch(ctx, kcp, patch); err != nil {
+		return err
+	}
+	// The provider also publishes the endpoint on the KamajiControlPlane's spec.
+	patch = client.MergeFrom(kcp.DeepCopy())
+	port, err := strconv.ParseInt(endpoint.Port(), 10, 32)
+	if err != nil {
+		return err
+	}
+	if err := unstructured.SetNestedMap(kcp.Object, map[string]any{"host": endpoint.Hostname(), "port": port}, "spec", "controlPlaneEndpoint"); err != nil {
+		return err
+	}
+	return p.Client.Patch(ctx, kcp, patch)
+}
