@@ -19,7 +19,7 @@ generate: ## Generate deep-copy code from the API types.
 .PHONY: manifests
 manifests: ## Generate the CRDs, RBAC and webhook manifests into config/.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=computeplane-manager webhook paths=./controllers/... \
+	$(CONTROLLER_GEN) rbac:roleName=manager webhook paths=./controllers/... \
 		output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 
 .PHONY: testbin
@@ -54,3 +54,7 @@ lint: ## Vet, check formatting and that generated files are current.
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a Docker engine).
 	docker build -t $(IMG) .
+
+.PHONY: verify-generated
+verify-generated: generate manifests ## Fail when generated code or manifests are stale.
+	git diff --exit-code -- api config

@@ -81,13 +81,14 @@ func applyStatus(ctx context.Context, c client.Client, p *cpv1.ComputePlane, st 
 	return nil
 }
 
-// recordTransitions emits one event per owned condition whose status or reason changed.
-// A condition going False while the plane is Stalled is a Warning; the rest are Normal.
+// recordTransitions emits one event per owned condition whose status or reason changed to
+// a verdict (True or False); stages merely Blocked behind another are not news. A
+// condition going False while the plane is Stalled is a Warning; the rest are Normal.
 func (r *ComputePlaneReconciler) recordTransitions(p *cpv1.ComputePlane, before []metav1.Condition) {
 	stalled := apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.StalledCondition)
 	for _, t := range append([]string{cpv1.ReadyCondition}, cpv1.GatingConditions...) {
 		now := apimeta.FindStatusCondition(p.Status.Conditions, t)
-		if now == nil {
+		if now == nil || now.Status == metav1.ConditionUnknown {
 			continue
 		}
 		if old := apimeta.FindStatusCondition(before, t); old != nil && old.Status == now.Status && old.Reason == now.Reason {

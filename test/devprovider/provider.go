@@ -57,13 +57,17 @@ func (p *Provider) Tenant(key types.NamespacedName) *testenv.Cluster {
 	return p.tenants[key]
 }
 
-// StopTenant stops one tenant apiserver, as if the control plane crashed.
+// StopTenant stops one tenant apiserver, as if the control plane crashed. It returns
+// once the apiserver is down, and only then forgets it.
 func (p *Provider) StopTenant(key types.NamespacedName) error {
+	t := p.Tenant(key)
+	if err := t.Stop(); err != nil {
+		return err
+	}
 	p.mu.Lock()
-	t := p.tenants[key]
 	delete(p.tenants, key)
 	p.mu.Unlock()
-	return t.Stop()
+	return nil
 }
 
 // Stop stops every tenant apiserver.

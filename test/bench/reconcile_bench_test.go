@@ -1,0 +1,173 @@
+// Package bench measures the operator against real apiservers. Run with `make bench`;
+// the figures are recorded in docs/benchmarks.md.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/test/testenv"
+)
+
+// requestCounter counts the operator's API requests, writes apart.
+type requestCounter struct {
+	next          http.RoundTripper
+	total, writes atomic.Int64
+}
+
+func (c *requestCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.total.Add(1)
+	if r.Method != http.MethodGet {
+		c.writes.Add(1)
+	}
+	return c.next.RoundTrip(r)
+}
+
+// BenchmarkReconcileToSettled creates N ComputePlanes (each in its own namespace) and
+// measures how long the operator takes until every one reports on its generation, and
+// how many API requests it makes per plane.
+func BenchmarkReconcileToSettled(b *testing.B) {
+	scheme := controllers.NewScheme()
+	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = mgmt.Stop() }()
+
+	counter := &requestCounter{}
+	cfg := rest.CopyConfig(mgmt.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter }
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := controllers.Setup(ctx, mgr, controllers.Options{
+		Setup:           controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
+		RequeueInterval: 30 * time.Second,
+	}); err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = mgr.Start(ctx) }()
+	mgr.GetCache().WaitForCacheSync(ctx)
+
+	class := &cpv1.ComputePlaneClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: cpv1.ComputePlaneClassSpec{
+			KubernetesVersion: "v1.33.4",
+			Addons: []cpv1.SystemAddon{{Name: "cilium", Role: cpv1.AddonRoleCNI, TargetNamespace: "kube-system",
+				ChartRef: cpv1.AddonChartRef{Kind: "OCIRepository", Name: "cilium"}}},
+			NodeGroups: cpv1.NodeGroupLimits{InstanceTypes: []string{"u1.medium"}},
+		},
+	}
+	if err := mgmt.Client.Create(ctx, class); err != nil {
+		b.Fatal(err)
+	}
+
+	round := 0
+	for _, n := range []int{10, 100, 500} {
+		b.Run(fmt.Sprintf("planes=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				round++
+				namespaces := createNamespaces(b, ctx, mgmt.Client, round, n)
+				total0, writes0 := counter.total.Load(), counter.writes.Load()
+				start := time.Now()
+				keys := createPlanes(b, ctx, mgmt.Client, namespaces)
+				waitSettled(b, ctx, mgmt.Client, keys)
+				elapsed := time.Since(start)
+				b.ReportMetric(float64(elapsed.Milliseconds())/float64(n), "ms/plane")
+				b.ReportMetric(elapsed.Seconds(), "s/total")
+				b.ReportMetric(float64(counter.total.Load()-total0)/float64(n), "requests/plane")
+				b.ReportMetric(float64(counter.writes.Load()-writes0)/float64(n), "writes/plane")
+			}
+		})
+	}
+	fmt.Fprintln(os.Stderr, "benchmark: planes settle at Stalled/NotImplemented until provisioning lands")
+}
+
+func createNamespaces(b *testing.B, ctx context.Context, c client.Client, round, n int) []string {
+	b.Helper()
+	out := make([]string, n)
+	for i := range n {
+		out[i] = fmt.Sprintf("bench-%d-%d", round, i)
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: out[i]}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return out
+}
+
+// createPlanes creates one plane per namespace from 8 goroutines, as a burst of tenants
+// would; the timer runs from the first create to the last plane settling.
+func createPlanes(b *testing.B, ctx context.Context, c client.Client, namespaces []string) []client.ObjectKey {
+	b.Helper()
+	keys := make([]client.ObjectKey, len(namespaces))
+	next := atomic.Int64{}
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(namespaces) {
+					return
+				}
+				p := &cpv1.ComputePlane{ObjectMeta: metav1.ObjectMeta{Namespace: namespaces[i], Name: "plane"},
+					Spec: cpv1.ComputePlaneSpec{ClassName: "bench", NodeGroups: map[string]cpv1.NodeGroup{
+						"workers": {MinReplicas: 1, MaxReplicas: 3, InstanceType: "u1.medium"}}}}
+				if err := c.Create(ctx, p); err != nil {
+					failed.Store(err)
+					return
+				}
+				keys[i] = client.ObjectKeyFromObject(p)
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	return keys
+}
+
+func waitSettled(b *testing.B, ctx context.Context, c client.Client, keys []client.ObjectKey) {
+	b.Helper()
+	var list cpv1.ComputePlaneList
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.List(ctx, &list); err != nil {
+			return false, err
+		}
+		want := map[client.ObjectKey]bool{}
+		for _, k := range keys {
+			want[k] = true
+		}
+		for _, p := range list.Items {
+			if want[client.ObjectKeyFromObject(&p)] && p.Status.ObservedGeneration == p.Generation {
+				delete(want, client.ObjectKeyFromObject(&p))
+			}
+		}
+		return len(want) == 0, nil
+	})
+	if err != nil {
+		b.Fatalf("planes did not settle: %v", err)
+	}
+}
