@@ -39,8 +39,8 @@ demo: ## Run the embedded default: a local management apiserver, the manager and
 	KUBEBUILDER_ASSETS=$(TESTBIN) go run ./cmd/demo
 
 .PHONY: e2e
-e2e: ## Run the end-to-end scenarios against real apiservers.
-	KUBEBUILDER_ASSETS=$(TESTBIN) go test -race -count=1 -v ./test/e2e/...
+e2e: ## Run the cross-cluster scenarios (management + tenant apiservers, dev provider).
+	KUBEBUILDER_ASSETS=$(TESTBIN) go test -race -count=1 -v ./test/...
 
 .PHONY: bench
 bench: ## Run the benchmarks against real apiservers and print their figures.

@@ -8,7 +8,10 @@ import (
 	"errors"
 	"time"
 
+	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
@@ -28,7 +31,10 @@ import (
 // FieldOwner is the server-side apply field manager of everything this reconciler writes.
 const FieldOwner = "computeplane-controller"
 
-const classNameField = ".spec.className"
+const (
+	classNameField = ".spec.className"
+	infraNSField   = ".status.infrastructureNamespace"
+)
 
 // ComputePlaneReconciler drives a ComputePlane through its lifecycle stages.
 type ComputePlaneReconciler struct {
@@ -61,6 +67,10 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		func(o client.Object) []string { return []string{o.(*cpv1.ComputePlane).Spec.ClassName} }); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &cpv1.ComputePlane{}, infraNSField,
+		func(o client.Object) []string { return []string{o.(*cpv1.ComputePlane).Status.InfrastructureNamespace} }); err != nil {
+		return err
+	}
 	own := predicate.Predicate(predicate.GenerationChangedPredicate{})
 	if opts.ReconcileRequests {
 		own = predicate.Or(own, reconcileRequestedPredicate{})
@@ -76,6 +86,12 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 				UpdateFunc:  func(event.UpdateEvent) bool { return false },
 				GenericFunc: func(event.GenericEvent) bool { return false },
 			})).
+		// What the providers report about the objects the operator applied.
+		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
+		Watches(&clusterv1.MachineDeployment{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
+		Watches(&helmv2.HelmRelease{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
+		// Kamaji's CAPI provider creates the TenantControlPlane without our labels.
+		Watches(&kamajiv1alpha1.TenantControlPlane{}, handler.EnqueueRequestsFromMapFunc(r.planesOfInfraNamespace)).
 		WithOptions(opts.Options).
 		Complete(r)
 }
@@ -117,6 +133,7 @@ func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) 
 	phases := []phase{
 		r.reconcileValid,
 		r.reconcileProvisioning,
+		r.reconcileHardening,
 	}
 	var result ctrl.Result
 	for _, p := range phases {
@@ -156,6 +173,8 @@ type scope struct {
 	last string
 	// released is set once the finalizer is gone and the object with it.
 	released bool
+	// deleting says which teardown stage the plane waits on.
+	deleting string
 }
 
 func (s *scope) observe(condition string, r stageResult) {

@@ -2,12 +2,21 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers/render"
 )
 
 // deletionStage tears down one concern. It reports done=false while it waits (its
@@ -18,23 +27,29 @@ type deletionStage struct {
 }
 
 // reconcileDelete runs the teardown stages in order (disable, then deprovision), one
-// visible Deleting step at a time, and releases the finalizer only after the last.
+// visible Deleting step at a time, and releases the finalizer only after the last. The
+// gate is closed first of all: the status patch writes Ready=False/Deleting before any
+// stage removes anything.
 func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
 	p := s.plane
 	if !controllerutil.ContainsFinalizer(p, cpv1.ComputePlaneFinalizer) {
 		return ctrl.Result{}, nil
 	}
-	// Later stages (placement releases, credentials, policies, the Cluster) add
-	// themselves here, in the order the mission fixes. The gate itself is closed by the
-	// Deleting Ready condition the status patch writes before anything is removed.
-	var stages []deletionStage
+	// Later stages (placement releases, credentials, policies) go before the add-ons,
+	// in the order the mission fixes.
+	stages := []deletionStage{
+		{"system add-ons", r.deleteAddons},
+		{"Cluster", r.deleteCluster},
+		{"leftover infrastructure", r.deleteLeftovers},
+		{"infrastructure namespace", r.deleteInfraNamespace},
+	}
 	for _, st := range stages {
 		done, msg, err := st.run(ctx, s)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
 		if !done {
-			r.Events.Eventf(p, nil, "Normal", cpv1.DeletingReason, "Delete", "%s: %s", st.name, msg)
+			s.deleting = fmt.Sprintf("Deleting %s: %s", st.name, msg)
 			return ctrl.Result{RequeueAfter: r.jitter()}, nil
 		}
 	}
@@ -46,4 +61,119 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 	}
 	s.released = true
 	return ctrl.Result{}, nil
+}
+
+func (s *scope) planeSelector() client.MatchingLabels {
+	return client.MatchingLabels{cpv1.PlaneNameLabel: s.plane.Name, cpv1.PlaneNamespaceLabel: s.plane.Namespace}
+}
+
+// deleteAddons suspends, then deletes, the add-on releases: the plane is about to go, so
+// nothing needs uninstalling, and a suspended release is deleted without contacting a
+// plane API that may already be dead.
+func (r *ComputePlaneReconciler) deleteAddons(ctx context.Context, s *scope) (bool, string, error) {
+	ns := s.plane.Status.InfrastructureNamespace
+	if ns == "" {
+		return true, "", nil
+	}
+	var hrs helmv2.HelmReleaseList
+	if err := r.List(ctx, &hrs, client.InNamespace(ns), s.planeSelector()); err != nil {
+		return false, "", err
+	}
+	for i := range hrs.Items {
+		hr := &hrs.Items[i]
+		if !hr.Spec.Suspend {
+			patch := client.MergeFrom(hr.DeepCopy())
+			hr.Spec.Suspend = true
+			if err := client.IgnoreNotFound(r.Patch(ctx, hr, patch)); err != nil {
+				return false, "", err
+			}
+		}
+		if hr.DeletionTimestamp.IsZero() {
+			if err := client.IgnoreNotFound(r.Delete(ctx, hr)); err != nil {
+				return false, "", err
+			}
+		}
+	}
+	if n := len(hrs.Items); n > 0 {
+		return false, fmt.Sprintf("waiting for %d HelmRelease(s) in %s to go", n, ns), nil
+	}
+	return true, "", nil
+}
+
+// deleteCluster deletes the CAPI Cluster and waits for Cluster API to finish (it deletes
+// the machines, the control plane and the infrastructure it owns).
+func (r *ComputePlaneReconciler) deleteCluster(ctx context.Context, s *scope) (bool, string, error) {
+	ns := s.plane.Status.InfrastructureNamespace
+	if ns == "" {
+		return true, "", nil
+	}
+	cluster := &clusterv1.Cluster{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: render.ClusterName(s.plane)}, cluster)
+	if apierrors.IsNotFound(err) {
+		return true, "", nil
+	}
+	if err != nil {
+		return false, "", err
+	}
+	if cluster.DeletionTimestamp.IsZero() {
+		if err := client.IgnoreNotFound(r.Delete(ctx, cluster)); err != nil {
+			return false, "", err
+		}
+	}
+	return false, fmt.Sprintf("waiting for Cluster API to delete Cluster %s/%s", ns, cluster.Name), nil
+}
+
+// deleteLeftovers removes what the operator applied and Cluster API did not delete (it
+// deletes only what it owns; templates are never owned).
+func (r *ComputePlaneReconciler) deleteLeftovers(ctx context.Context, s *scope) (bool, string, error) {
+	ns := s.plane.Status.InfrastructureNamespace
+	if ns == "" {
+		return true, "", nil
+	}
+	remaining := 0
+	for _, gvk := range []schema.GroupVersionKind{
+		clusterv1.GroupVersion.WithKind("MachineDeploymentList"),
+		{Group: render.ControlPlaneGroup, Version: "v1alpha2", Kind: render.KamajiControlPlaneKind + "List"},
+		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtClusterKind + "List"},
+		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtTemplateKind + "List"},
+		bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplateList"),
+	} {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(gvk)
+		if err := r.List(ctx, list, client.InNamespace(ns), s.planeSelector()); err != nil {
+			return false, "", err
+		}
+		for i := range list.Items {
+			remaining++
+			if list.Items[i].DeletionTimestamp.IsZero() {
+				if err := client.IgnoreNotFound(r.Delete(ctx, &list.Items[i])); err != nil {
+					return false, "", err
+				}
+			}
+		}
+	}
+	if remaining > 0 {
+		return false, fmt.Sprintf("waiting for %d object(s) in %s to go", remaining, ns), nil
+	}
+	return true, "", nil
+}
+
+// deleteInfraNamespace deletes the dedicated namespace (never the tenant's own). Its
+// contents are already gone; the namespace controller finishes it.
+func (r *ComputePlaneReconciler) deleteInfraNamespace(ctx context.Context, s *scope) (bool, string, error) {
+	ns := s.plane.Status.InfrastructureNamespace
+	if ns == "" || ns == s.plane.Namespace {
+		return true, "", nil
+	}
+	obj := &corev1.Namespace{}
+	if err := r.Get(ctx, client.ObjectKey{Name: ns}, obj); err != nil {
+		return apierrors.IsNotFound(err), "", client.IgnoreNotFound(err)
+	}
+	if obj.Labels[cpv1.PlaneNameLabel] != s.plane.Name || obj.Labels[cpv1.PlaneNamespaceLabel] != s.plane.Namespace {
+		return true, "", nil // not ours: leave it
+	}
+	if obj.DeletionTimestamp.IsZero() {
+		return true, "", client.IgnoreNotFound(r.Delete(ctx, obj))
+	}
+	return true, "", nil
 }

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
@@ -27,10 +26,10 @@ import (
 
 const settle = 20 * time.Second
 
-// TestPlaneWaitsForClassThenStops walks a plane through the stages this build has:
-// ClassNotFound (waiting, Reconciling) → the class appears → Valid, then Provisioned
-// NotImplemented (Stalled), later stages Blocked, observedGeneration current.
-func TestPlaneWaitsForClassThenStops(t *testing.T) {
+// TestPlaneWaitsForClassThenProvisions: ClassNotFound (waiting, Reconciling) → the class
+// appears → Valid, then Provisioned waits for Cluster API; later stages Blocked,
+// observedGeneration current.
+func TestPlaneWaitsForClassThenProvisions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ns := tenantNamespace(t, ctx)
@@ -49,16 +48,16 @@ func TestPlaneWaitsForClassThenStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ValidCondition, metav1.ConditionTrue, cpv1.SucceededReason))
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, cpv1.NotImplementedReason))
-	eventually(t, settle, conditionIs(ctx, key, cpv1.StalledCondition, metav1.ConditionTrue, cpv1.NotImplementedReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ReconcilingCondition, metav1.ConditionTrue, cpv1.ProgressingReason))
 	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionUnknown, cpv1.BlockedReason))
 
 	got := &cpv1.ComputePlane{}
 	if err := k8s.Get(ctx, key, got); err != nil {
 		t.Fatal(err)
 	}
-	if apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReconcilingCondition) != nil {
-		t.Errorf("Reconciling present while Stalled: %+v", got.Status.Conditions)
+	if apimeta.FindStatusCondition(got.Status.Conditions, cpv1.StalledCondition) != nil {
+		t.Errorf("Stalled while waiting for providers: %+v", got.Status.Conditions)
 	}
 	if got.Status.ObservedGeneration != got.Generation {
 		t.Errorf("observedGeneration = %d, want %d", got.Status.ObservedGeneration, got.Generation)
@@ -190,7 +189,7 @@ func TestSteadyReconcileMakesNoWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(p)
-	eventually(t, settle, conditionIs(ctx, key, cpv1.StalledCondition, metav1.ConditionTrue, cpv1.NotImplementedReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
 
 	var writes atomic.Int32
 	count := func(string) { writes.Add(1) }
@@ -235,8 +234,7 @@ func TestSteadyReconcileMakesNoWrites(t *testing.T) {
 	recorder := events.NewFakeRecorder(10)
 	r := &controllers.ComputePlaneReconciler{Client: counting, APIReader: counting, Events: recorder, RequeueInterval: time.Second}
 	for i := range 3 {
-		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
-		if err != nil && !errors.Is(err, reconcile.TerminalError(nil)) {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
 			t.Fatalf("reconcile %d: %v", i, err)
 		}
 	}

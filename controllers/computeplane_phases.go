@@ -52,10 +52,11 @@ func (r *ComputePlaneReconciler) reconcileValid(ctx context.Context, s *scope) (
 	return ctrl.Result{}, nil
 }
 
-// reconcileProvisioning will render and watch the Cluster API object graph.
-func (r *ComputePlaneReconciler) reconcileProvisioning(_ context.Context, s *scope) (ctrl.Result, error) {
-	s.observe(cpv1.ProvisionedCondition, stageTerminal(cpv1.NotImplementedReason,
-		"this operator build does not provision clusters yet; upgrade the operator to a release that does"))
+// reconcileHardening will harden the plane through its admin kubeconfig (Pod Security,
+// admission policies, egress), read the result back and watch for drift.
+func (r *ComputePlaneReconciler) reconcileHardening(_ context.Context, s *scope) (ctrl.Result, error) {
+	s.observe(cpv1.PodSecurityCondition, stageTerminal(cpv1.NotImplementedReason,
+		"this operator build does not harden planes yet, so it never opens placement; upgrade the operator to a release that does"))
 	return ctrl.Result{}, nil
 }
 
@@ -107,4 +108,25 @@ func requestsFor(planes []cpv1.ComputePlane, except string) []ctrl.Request {
 		}
 	}
 	return reqs
+}
+
+// planeFromLabels maps an object the operator created to its plane.
+func planeFromLabels(_ context.Context, o client.Object) []ctrl.Request {
+	l := o.GetLabels()
+	name, ns := l[cpv1.PlaneNameLabel], l[cpv1.PlaneNamespaceLabel]
+	if name == "" || ns == "" {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}}}
+}
+
+// planesOfInfraNamespace maps a provider-created object to the plane whose
+// infrastructure namespace holds it.
+func (r *ComputePlaneReconciler) planesOfInfraNamespace(ctx context.Context, o client.Object) []ctrl.Request {
+	var planes cpv1.ComputePlaneList
+	if err := r.List(ctx, &planes, client.MatchingFields{infraNSField: o.GetNamespace()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the planes of an infrastructure namespace", "namespace", o.GetNamespace())
+		return nil
+	}
+	return requestsFor(planes.Items, "")
 }

@@ -38,7 +38,7 @@ func stageTerminal(reason, format string, args ...any) stageResult {
 // Blocked behind the first one that is not True, and derives Ready, Reconciling and
 // Stalled from the stage conditions (not from the results alone, so a reconcile cut
 // short by a transient error never turns Ready True). It is pure.
-func summarize(conds *[]metav1.Condition, generation int64, results map[string]stageResult, deleting bool) {
+func summarize(conds *[]metav1.Condition, generation int64, results map[string]stageResult, deleting bool, deletingStage string) {
 	for _, t := range cpv1.GatingConditions {
 		if r, ok := results[t]; ok {
 			set(conds, generation, t, r.status, r.reason, r.message)
@@ -85,7 +85,11 @@ func summarize(conds *[]metav1.Condition, generation int64, results map[string]s
 		apimeta.RemoveStatusCondition(conds, cpv1.ReconcilingCondition)
 	case deleting:
 		apimeta.RemoveStatusCondition(conds, cpv1.StalledCondition)
-		set(conds, generation, cpv1.ReconcilingCondition, metav1.ConditionTrue, cpv1.DeletingReason, "Tearing the plane down")
+		msg := "Tearing the plane down"
+		if deletingStage != "" {
+			msg = deletingStage
+		}
+		set(conds, generation, cpv1.ReconcilingCondition, metav1.ConditionTrue, cpv1.DeletingReason, msg)
 	case blocker != nil:
 		apimeta.RemoveStatusCondition(conds, cpv1.StalledCondition)
 		set(conds, generation, cpv1.ReconcilingCondition, metav1.ConditionTrue, cpv1.ProgressingReason,

@@ -83,7 +83,7 @@ func TestSummarize(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			conds := append([]metav1.Condition(nil), tc.prior...)
-			summarize(&conds, 3, tc.results, tc.deleting)
+			summarize(&conds, 3, tc.results, tc.deleting, "")
 
 			ready := apimeta.FindStatusCondition(conds, cpv1.ReadyCondition)
 			if ready == nil || string(ready.Status) != tc.want.ready || ready.Reason != tc.want.readyReason {

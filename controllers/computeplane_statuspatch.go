@@ -34,7 +34,7 @@ func (r *ComputePlaneReconciler) patchStatus(ctx context.Context, s *scope, befo
 	}
 	p := s.plane
 	deleting := !p.DeletionTimestamp.IsZero()
-	summarize(&p.Status.Conditions, p.Generation, s.results, deleting)
+	summarize(&p.Status.Conditions, p.Generation, s.results, deleting, s.deleting)
 
 	terminal := retErr != nil && errors.Is(retErr, reconcile.TerminalError(nil))
 	if (retErr == nil && result.RequeueAfter == 0) || terminal {

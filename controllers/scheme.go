@@ -9,6 +9,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
@@ -23,6 +24,7 @@ func NewScheme() *runtime.Scheme {
 		clientgoscheme.AddToScheme,
 		cpv1.AddToScheme,
 		clusterv1.AddToScheme,
+		bootstrapv1.AddToScheme,
 		kamajiv1alpha1.AddToScheme,
 		kubevirtv1.AddToScheme,
 		ciliumv2.AddToScheme,

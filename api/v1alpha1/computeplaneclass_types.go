@@ -270,6 +270,13 @@ type NodeGroupLimits struct {
 	// +listMapKey=deviceName
 	GPUs []GPULimit `json:"gpus,omitempty"`
 
+	// NodeImage is the container disk image the workers boot from (a CAPK node image
+	// with kubeadm at the class's Kubernetes version). Empty means
+	// quay.io/capk/ubuntu-2404-container-disk:<kubernetesVersion>.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	NodeImage string `json:"nodeImage,omitempty"`
+
 	// StorageClassName of the VMs' system disks; empty means the cluster default.
 	// +optional
 	StorageClassName string `json:"storageClassName,omitempty"`

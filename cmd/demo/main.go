@@ -131,10 +131,13 @@ func run(ctx context.Context, stay bool) error {
 		return err
 	}
 	key := client.ObjectKey{Namespace: "tenant-demo", Name: "demo"}
-	if err := settled(ctx, mgmt.Client, key); err != nil {
+	step("Watching the plane come up (the dev provider starts a real tenant kube-apiserver for it)")
+	if err := watchProvisioning(ctx, mgmt.Client, key); err != nil {
 		return err
 	}
 	_ = kubectl("get", "computeplanes", "-A")
+	_ = kubectl("get", "-n", "cp-tenant-demo",
+		"clusters.cluster.x-k8s.io,kamajicontrolplanes,tenantcontrolplanes,kubevirtclusters,kubevirtmachinetemplates,machinedeployments,helmreleases")
 	_ = kubectl("wait", "--for=condition=Valid", "--timeout=10s", "-n", "tenant-demo", "computeplane/demo")
 	_ = kubectl("get", "computeplane", "-n", "tenant-demo", "demo", "-o",
 		`jsonpath={range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.message}{"\n"}{end}`)
@@ -166,15 +169,24 @@ func run(ctx context.Context, stay bool) error {
 	return nil
 }
 
-// settled waits until the operator has reported on the plane's current generation.
-func settled(ctx context.Context, c client.Client, key client.ObjectKey) error {
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+// watchProvisioning prints each change of the plane's Provisioned condition until it is
+// True.
+func watchProvisioning(ctx context.Context, c client.Client, key client.ObjectKey) error {
+	last := ""
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p := &cpv1.ComputePlane{}
 		if err := c.Get(ctx, key, p); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
-		ready := apimeta.FindStatusCondition(p.Status.Conditions, cpv1.ReadyCondition)
-		return ready != nil && p.Status.ObservedGeneration == p.Generation, nil
+		cond := apimeta.FindStatusCondition(p.Status.Conditions, cpv1.ProvisionedCondition)
+		if cond == nil {
+			return false, nil
+		}
+		if line := fmt.Sprintf("Provisioned=%s %s: %s", cond.Status, cond.Reason, cond.Message); line != last {
+			fmt.Println("   ", line)
+			last = line
+		}
+		return cond.Status == "True", nil
 	})
 }
 

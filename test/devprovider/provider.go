@@ -1,4 +1,5 @@
-// Package devprovider stands in for Kamaji and its Cluster API control-plane provider on
+// Package devprovider stands in for Kamaji, its Cluster API control-plane provider and
+// Cluster API's readiness reporting on
 // a machine that runs neither (no Docker, no VMs): for every KamajiControlPlane it starts
 // a real kube-apiserver on loopback and reports it the way the providers do — a
 // TenantControlPlane with Kamaji's status, the admin kubeconfig Secret Kamaji writes, and
@@ -11,17 +12,20 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"time"
 	"sync"
 
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -111,7 +115,28 @@ func (p *Provider) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 	if err := p.reportTenantControlPlane(ctx, kcp, version, secretName, endpoint.Host); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, p.reportKamajiControlPlane(ctx, kcp, version, endpoint)
+	if err := p.reportKamajiControlPlane(ctx, kcp, version, endpoint); err != nil {
+		return ctrl.Result{}, err
+	}
+	return p.reportCluster(ctx, req.NamespacedName)
+}
+
+// reportCluster stands in for Cluster API's core controller, which mirrors the
+// infrastructure's and the control plane's readiness onto the Cluster.
+func (p *Provider) reportCluster(ctx context.Context, key types.NamespacedName) (ctrl.Result, error) {
+	cluster := &clusterv1.Cluster{}
+	if err := p.Client.Get(ctx, key, cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	patch := client.MergeFrom(cluster.DeepCopy())
+	for _, t := range []string{clusterv1.ClusterInfrastructureReadyCondition, clusterv1.ClusterControlPlaneInitializedCondition,
+		clusterv1.ClusterControlPlaneAvailableCondition} {
+		apimeta.SetStatusCondition(&cluster.Status.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionTrue, Reason: "DevProvider"})
+	}
+	return ctrl.Result{}, p.Client.Status().Patch(ctx, cluster, patch)
 }
 
 func (p *Provider) ensureTenant(key types.NamespacedName) (*testenv.Cluster, error) {

@@ -1,0 +1,282 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers/render"
+)
+
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;machinedeployments,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machinesets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=kamajicontrolplanes,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=kubevirtclusters;kubevirtmachinetemplates,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kubeadmconfigtemplates,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=kamaji.clastix.io,resources=tenantcontrolplanes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=helm.toolkit.fluxcd.io,resources=helmreleases,verbs=get;list;watch;create;patch;delete
+
+// Reasons of the Provisioned condition, in the order the plane passes them.
+const (
+	// WaitingForInfrastructureReason: CAPI's Cluster does not report its KubeVirt
+	// infrastructure ready yet.
+	WaitingForInfrastructureReason = "WaitingForInfrastructure"
+	// WaitingForControlPlaneReason: the Kamaji control plane is not Ready yet.
+	WaitingForControlPlaneReason = "WaitingForControlPlane"
+	// WaitingForKubeconfigReason: Kamaji has not written a usable admin kubeconfig yet.
+	WaitingForKubeconfigReason = "WaitingForKubeconfig"
+	// RenderFailedReason: the spec cannot be turned into infrastructure (terminal).
+	RenderFailedReason = "RenderFailed"
+)
+
+// reconcileProvisioning renders the plane's Cluster API graph into its infrastructure
+// namespace (server-side apply, skipped when unchanged), removes what the spec no longer
+// asks for, and reports how far the providers have come.
+func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *scope) (ctrl.Result, error) {
+	p, class := s.plane, s.class
+	graph, err := render.Plane(p, class)
+	if err != nil {
+		s.observe(cpv1.ProvisionedCondition, stageTerminal(RenderFailedReason, "%v; fix the spec", err))
+		return ctrl.Result{}, nil
+	}
+	infraNS := render.InfrastructureNamespace(p, class)
+	p.Status.InfrastructureNamespace = infraNS
+
+	if graph.Namespace != nil {
+		if _, err := applyIfChanged(ctx, r.Client, graph.Namespace); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	for _, obj := range graph.Objects {
+		if obj.GetNamespace() == p.Namespace {
+			// Same namespace (TenantNamespace placement): owner references work, and
+			// garbage collection backs up the finalizer.
+			if err := controllerutil.SetOwnerReference(p, obj, r.Scheme()); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		if _, err := applyIfChanged(ctx, r.Client, obj); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if err := r.pruneNodeGroups(ctx, s, graph); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	obs, err := r.observeProviders(ctx, s, infraNS)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	res := provisioningResult(obs)
+	s.observe(cpv1.ProvisionedCondition, res)
+	if obs.tcp != nil {
+		p.Status.Endpoint = obs.tcp.Status.ControlPlaneEndpoint
+		p.Status.Version = obs.tcp.Status.Kubernetes.Version.Version
+	}
+	if res.status != metav1.ConditionTrue && res.reason == WaitingForKubeconfigReason {
+		// Kamaji writes the Secret before it updates its status, and Secrets are not
+		// watched (the operator never caches Secrets cluster-wide): look again soon.
+		return ctrl.Result{RequeueAfter: r.jitter()}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// providerObservation is what the providers report about a plane.
+type providerObservation struct {
+	cluster          *clusterv1.Cluster
+	tcp              *kamajiv1alpha1.TenantControlPlane
+	kubeconfigSecret string
+	kubeconfigErr    string
+	machineDeploys   []clusterv1.MachineDeployment
+}
+
+func (r *ComputePlaneReconciler) observeProviders(ctx context.Context, s *scope, ns string) (*providerObservation, error) {
+	name := render.ClusterName(s.plane)
+	obs := &providerObservation{}
+	cluster := &clusterv1.Cluster{}
+	switch err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cluster); {
+	case err == nil:
+		obs.cluster = cluster
+	case !apierrors.IsNotFound(err):
+		return nil, err
+	}
+	tcp := &kamajiv1alpha1.TenantControlPlane{}
+	switch err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tcp); {
+	case err == nil:
+		obs.tcp = tcp
+	case !apierrors.IsNotFound(err):
+		return nil, err
+	}
+	var mds clusterv1.MachineDeploymentList
+	if err := r.List(ctx, &mds, client.InNamespace(ns), client.MatchingLabels{render.ClusterNameLabel: name}); err != nil {
+		return nil, err
+	}
+	obs.machineDeploys = mds.Items
+
+	if obs.tcp != nil && obs.tcp.Status.KubeConfig.Admin.SecretName != "" {
+		obs.kubeconfigSecret = obs.tcp.Status.KubeConfig.Admin.SecretName
+		// Read around the cache: the operator does not watch Secrets.
+		secret := &corev1.Secret{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: obs.kubeconfigSecret}, secret)
+		switch {
+		case apierrors.IsNotFound(err):
+			obs.kubeconfigErr = "does not exist yet"
+		case err != nil:
+			return nil, err
+		default:
+			obs.kubeconfigErr = checkKubeconfig(secret.Data[render.AdminKubeconfigKey])
+		}
+	}
+	return obs, nil
+}
+
+// checkKubeconfig returns why a kubeconfig is unusable, or "".
+func checkKubeconfig(data []byte) string {
+	if len(data) == 0 {
+		return "has no key " + render.AdminKubeconfigKey
+	}
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return "key " + render.AdminKubeconfigKey + " is not a kubeconfig"
+	}
+	cc := clientcmd.NewDefaultClientConfig(*cfg, nil)
+	if _, err := cc.ClientConfig(); err != nil {
+		return "key " + render.AdminKubeconfigKey + " has no usable context"
+	}
+	return ""
+}
+
+// pruneNodeGroups deletes MachineDeployments of node groups that are gone, and machine
+// and bootstrap templates that neither the current graph nor any MachineSet uses
+// (a rolled template stays until CAPI has replaced the machines built from it).
+func (r *ComputePlaneReconciler) pruneNodeGroups(ctx context.Context, s *scope, graph *render.Graph) error {
+	ns := s.plane.Status.InfrastructureNamespace
+	planeSel := client.MatchingLabels{cpv1.PlaneNameLabel: s.plane.Name, cpv1.PlaneNamespaceLabel: s.plane.Namespace}
+	wantMD, wantInfra, wantBoot := sets.New[string](), sets.New[string](), sets.New[string]()
+	for _, g := range graph.NodeGroups {
+		wantMD.Insert(g.MachineDeployment.Name)
+		wantInfra.Insert(g.MachineTemplate.GetName())
+		wantBoot.Insert(g.BootstrapTemplate.Name)
+	}
+
+	var mds clusterv1.MachineDeploymentList
+	if err := r.List(ctx, &mds, client.InNamespace(ns), planeSel); err != nil {
+		return err
+	}
+	for i := range mds.Items {
+		if md := &mds.Items[i]; !wantMD.Has(md.Name) && md.DeletionTimestamp.IsZero() {
+			if err := client.IgnoreNotFound(r.Delete(ctx, md)); err != nil {
+				return err
+			}
+		}
+	}
+
+	var machineSets clusterv1.MachineSetList
+	if err := r.List(ctx, &machineSets, client.InNamespace(ns),
+		client.MatchingLabels{render.ClusterNameLabel: render.ClusterName(s.plane)}); err != nil {
+		return err
+	}
+	for _, ms := range machineSets.Items {
+		wantInfra.Insert(ms.Spec.Template.Spec.InfrastructureRef.Name)
+		wantBoot.Insert(ms.Spec.Template.Spec.Bootstrap.ConfigRef.Name)
+	}
+	for _, kind := range []struct {
+		list schema.GroupVersionKind
+		keep sets.Set[string]
+	}{
+		{schema.GroupVersionKind{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtTemplateKind + "List"}, wantInfra},
+		{bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplateList"), wantBoot},
+	} {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(kind.list)
+		if err := r.List(ctx, list, client.InNamespace(ns), planeSel); err != nil {
+			return err
+		}
+		for i := range list.Items {
+			if t := &list.Items[i]; !kind.keep.Has(t.Name) && t.DeletionTimestamp.IsZero() {
+				if err := client.IgnoreNotFound(r.Delete(ctx, t)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// provisioningResult reads the providers' status in the order a plane comes up. Node
+// groups are reported but never block: a group scaled to zero has no nodes to wait for.
+func provisioningResult(o *providerObservation) stageResult {
+	if o.cluster == nil {
+		return stageFalse(WaitingForInfrastructureReason, "Cluster API has not picked up the Cluster yet")
+	}
+	if c := findCondition(o.cluster.Status.Conditions, clusterv1.ClusterInfrastructureReadyCondition); c == nil || c.Status != metav1.ConditionTrue {
+		return stageFalse(WaitingForInfrastructureReason, "KubevirtCluster %s is not ready%s", o.cluster.Name, detail(c))
+	}
+	if o.tcp == nil {
+		return stageFalse(WaitingForControlPlaneReason, "Kamaji has not created TenantControlPlane %s yet", o.cluster.Name)
+	}
+	if st := o.tcp.Status.Kubernetes.Version.Status; st == nil || *st != kamajiv1alpha1.VersionReady {
+		phase := "Provisioning"
+		if st != nil {
+			phase = string(*st)
+		}
+		return stageFalse(WaitingForControlPlaneReason, "TenantControlPlane %s is %s", o.tcp.Name, phase)
+	}
+	if o.kubeconfigSecret == "" {
+		return stageFalse(WaitingForKubeconfigReason, "TenantControlPlane %s names no admin kubeconfig Secret yet", o.tcp.Name)
+	}
+	if o.kubeconfigErr != "" {
+		return stageFalse(WaitingForKubeconfigReason, "admin kubeconfig Secret %s %s", o.kubeconfigSecret, o.kubeconfigErr)
+	}
+	return stageTrue(cpv1.SucceededReason, fmt.Sprintf("Control plane %s is up at %s; %s",
+		o.tcp.Status.Kubernetes.Version.Version, o.tcp.Status.ControlPlaneEndpoint, nodeGroupSummary(o.machineDeploys)))
+}
+
+func nodeGroupSummary(mds []clusterv1.MachineDeployment) string {
+	if len(mds) == 0 {
+		return "no node groups"
+	}
+	parts := make([]string, 0, len(mds))
+	for _, md := range mds {
+		available := ptr.Deref(md.Status.AvailableReplicas, 0)
+		size := fmt.Sprintf("of %d", ptr.Deref(md.Spec.Replicas, 0))
+		if lo, hi := md.Annotations[render.AutoscalerMinAnnotation], md.Annotations[render.AutoscalerMaxAnnotation]; hi != "" {
+			size = "autoscaled " + lo + "-" + hi
+		}
+		parts = append(parts, fmt.Sprintf("%s %d available (%s)", md.Labels[render.NodeGroupLabel], available, size))
+	}
+	return "node groups: " + strings.Join(parts, ", ")
+}
+
+func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+func detail(c *metav1.Condition) string {
+	if c == nil || c.Message == "" {
+		return ""
+	}
+	return ": " + c.Message
+}

@@ -1,0 +1,83 @@
+package controllers
+
+import (
+	"strings"
+	"testing"
+
+	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+)
+
+func TestProvisioningResult(t *testing.T) {
+	infraReady := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: clusterv1.ClusterStatus{
+		Conditions: []metav1.Condition{{Type: clusterv1.ClusterInfrastructureReadyCondition, Status: metav1.ConditionTrue}}}}
+	infraWaiting := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: clusterv1.ClusterStatus{
+		Conditions: []metav1.Condition{{Type: clusterv1.ClusterInfrastructureReadyCondition, Status: metav1.ConditionFalse, Message: "VMs pending"}}}}
+	tcp := func(st kamajiv1alpha1.KubernetesVersionStatus, secret string) *kamajiv1alpha1.TenantControlPlane {
+		t := &kamajiv1alpha1.TenantControlPlane{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
+		t.Status.Kubernetes.Version = kamajiv1alpha1.KubernetesVersion{Version: "v1.33.4", Status: ptr.To(st)}
+		t.Status.KubeConfig.Admin.SecretName = secret
+		t.Status.ControlPlaneEndpoint = "10.0.0.1:6443"
+		return t
+	}
+	md := func(group string, available, desired *int32) clusterv1.MachineDeployment {
+		m := clusterv1.MachineDeployment{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"computeplane.cozystack.io/node-group": group}}}
+		m.Spec.Replicas = desired
+		m.Status.AvailableReplicas = available
+		return m
+	}
+	cases := []struct {
+		name         string
+		obs          providerObservation
+		status       metav1.ConditionStatus
+		reason, want string
+	}{
+		{"no cluster yet", providerObservation{}, "False", WaitingForInfrastructureReason, "has not picked up"},
+		{"no infra condition", providerObservation{cluster: &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "p"}}},
+			"False", WaitingForInfrastructureReason, "KubevirtCluster p is not ready"},
+		{"infra waiting", providerObservation{cluster: infraWaiting}, "False", WaitingForInfrastructureReason, "VMs pending"},
+		{"no tenant control plane", providerObservation{cluster: infraReady}, "False", WaitingForControlPlaneReason, "has not created"},
+		{"control plane upgrading", providerObservation{cluster: infraReady, tcp: tcp(kamajiv1alpha1.VersionUpgrading, "")},
+			"False", WaitingForControlPlaneReason, "is Upgrading"},
+		{"no secret name", providerObservation{cluster: infraReady, tcp: tcp(kamajiv1alpha1.VersionReady, "")},
+			"False", WaitingForKubeconfigReason, "names no admin kubeconfig"},
+		{"secret unusable", providerObservation{cluster: infraReady, tcp: tcp(kamajiv1alpha1.VersionReady, "s"), kubeconfigSecret: "s", kubeconfigErr: "has no key super-admin.svc"},
+			"False", WaitingForKubeconfigReason, "admin kubeconfig Secret s has no key super-admin.svc"},
+		{"up, scale-from-zero group does not block", providerObservation{cluster: infraReady, tcp: tcp(kamajiv1alpha1.VersionReady, "s"), kubeconfigSecret: "s",
+			machineDeploys: []clusterv1.MachineDeployment{md("workers", ptr.To[int32](2), ptr.To[int32](3)), md("gpu", nil, nil)}},
+			"True", cpv1.SucceededReason, "node groups: workers 2 available (of 3), gpu 0 available (of 0)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := provisioningResult(&tc.obs)
+			if r.status != tc.status || r.reason != tc.reason || !strings.Contains(r.message, tc.want) {
+				t.Errorf("got %s/%s %q, want %s/%s containing %q", r.status, r.reason, r.message, tc.status, tc.reason, tc.want)
+			}
+			if r.terminal {
+				t.Error("waiting on providers must not stall the plane")
+			}
+		})
+	}
+}
+
+func TestCheckKubeconfig(t *testing.T) {
+	good := []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: https://x:6443}}]\n" +
+		"users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n")
+	for name, tc := range map[string]struct {
+		data []byte
+		want string
+	}{
+		"missing":    {nil, "has no key"},
+		"garbage":    {[]byte("{["), "is not a kubeconfig"},
+		"no context": {[]byte("apiVersion: v1\nkind: Config\n"), "has no usable context"},
+		"good":       {good, ""},
+	} {
+		if got := checkKubeconfig(tc.data); (tc.want == "" && got != "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: got %q, want %q", name, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,446 @@
+package controllers_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/controllers/render"
+)
+
+func gpuClass(name string) *cpv1.ComputePlaneClass {
+	return newClass(name, func(c *cpv1.ComputePlaneClass) {
+		c.Spec.NodeGroups.MaxCPU = ptr.To(resource.MustParse("16"))
+		c.Spec.NodeGroups.GPUs = []cpv1.GPULimit{{DeviceName: "nvidia.com/A10", MaxPerNode: 2}}
+	})
+}
+
+func kmtList(ctx context.Context, t *testing.T, ns string) []unstructured.Unstructured {
+	t.Helper()
+	l := &unstructured.UnstructuredList{}
+	l.SetAPIVersion(render.KubevirtAPIVersion)
+	l.SetKind(render.KubevirtTemplateKind + "List")
+	if err := k8s.List(ctx, l, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
+}
+
+// TestProvisioningRendersTheGraph applies 0, 1 and several node groups (instance type,
+// resources, GPUs) through the real upstream CRD schemas and checks what landed where.
+func TestProvisioningRendersTheGraph(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	class := gpuClass("render-" + rand.String(6))
+	if err := k8s.Create(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]map[string]cpv1.NodeGroup{
+		"none": nil,
+		"one":  {"workers": medium},
+		"several": {
+			"workers": medium,
+			"gpu": {MinReplicas: 0, MaxReplicas: 2, Resources: &cpv1.NodeResources{CPU: resource.MustParse("8"), Memory: resource.MustParse("32Gi")},
+				GPUs: []cpv1.NodeGPU{{DeviceName: "nvidia.com/A10", Count: 2}}, Roles: []string{"gpu"}},
+			"fixed": {MinReplicas: 2, MaxReplicas: 2, InstanceType: "u1.medium"},
+		},
+	}
+	for name, groups := range cases {
+		t.Run(name, func(t *testing.T) {
+			ns := tenantNamespace(t, ctx)
+			p := newPlane(ns, "plane", class.Name)
+			p.Spec.NodeGroups = groups
+			if err := k8s.Create(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			key := client.ObjectKeyFromObject(p)
+			eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
+			infra := "cp-" + ns
+			got := &cpv1.ComputePlane{}
+			if err := k8s.Get(ctx, key, got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.InfrastructureNamespace != infra {
+				t.Errorf("status.infrastructureNamespace = %q, want %q", got.Status.InfrastructureNamespace, infra)
+			}
+			nsObj := &corev1.Namespace{}
+			if err := k8s.Get(ctx, client.ObjectKey{Name: infra}, nsObj); err != nil {
+				t.Fatal(err)
+			}
+			if nsObj.Labels[cpv1.PlaneNameLabel] != "plane" || nsObj.Labels[cpv1.PlaneNamespaceLabel] != ns {
+				t.Errorf("infrastructure namespace labels = %v", nsObj.Labels)
+			}
+			cluster := &clusterv1.Cluster{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: infra, Name: "plane"}, cluster); err != nil {
+				t.Fatalf("no Cluster: %v", err)
+			}
+			kcp := &unstructured.Unstructured{}
+			kcp.SetAPIVersion(render.KamajiAPIVersion)
+			kcp.SetKind(render.KamajiControlPlaneKind)
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: infra, Name: "plane"}, kcp); err != nil {
+				t.Fatalf("no KamajiControlPlane: %v", err)
+			}
+			if v, _, _ := unstructured.NestedString(kcp.Object, "spec", "version"); v != class.Spec.KubernetesVersion {
+				t.Errorf("KamajiControlPlane version = %q", v)
+			}
+			var mds clusterv1.MachineDeploymentList
+			if err := k8s.List(ctx, &mds, client.InNamespace(infra)); err != nil {
+				t.Fatal(err)
+			}
+			if len(mds.Items) != len(groups) || len(kmtList(ctx, t, infra)) != len(groups) {
+				t.Errorf("%d MachineDeployments and %d templates for %d node groups", len(mds.Items), len(kmtList(ctx, t, infra)), len(groups))
+			}
+			var kcts bootstrapv1.KubeadmConfigTemplateList
+			if err := k8s.List(ctx, &kcts, client.InNamespace(infra)); err != nil || len(kcts.Items) != len(groups) {
+				t.Errorf("%d KubeadmConfigTemplates for %d node groups (%v)", len(kcts.Items), len(groups), err)
+			}
+			var hrs helmv2.HelmReleaseList
+			if err := k8s.List(ctx, &hrs, client.InNamespace(infra)); err != nil || len(hrs.Items) != 1 {
+				t.Fatalf("add-on releases = %d (%v)", len(hrs.Items), err)
+			}
+			// The admin kubeconfig is referenced only from the infrastructure namespace.
+			var tenantHRs helmv2.HelmReleaseList
+			if err := k8s.List(ctx, &tenantHRs, client.InNamespace(ns)); err != nil || len(tenantHRs.Items) != 0 {
+				t.Errorf("the tenant namespace holds %d HelmReleases", len(tenantHRs.Items))
+			}
+		})
+	}
+}
+
+// TestProvisioningReadinessWalk simulates Cluster API and Kamaji writing their status the
+// way they do, and checks each waiting reason in order, then Provisioned.
+func TestProvisioningReadinessWalk(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	class := newClass("walk-" + rand.String(6))
+	if err := k8s.Create(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	ns := tenantNamespace(t, ctx)
+	p := newPlane(ns, "plane", class.Name, withGroup("workers", medium))
+	if err := k8s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(p)
+	infra := "cp-" + ns
+	provisioned := func(status metav1.ConditionStatus, reason, inMessage string) {
+		t.Helper()
+		eventually(t, settle, func() error {
+			if err := conditionIs(ctx, key, cpv1.ProvisionedCondition, status, reason)(); err != nil {
+				return err
+			}
+			got := &cpv1.ComputePlane{}
+			if err := k8s.Get(ctx, key, got); err != nil {
+				return err
+			}
+			if msg := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ProvisionedCondition).Message; !strings.Contains(msg, inMessage) {
+				return fmt.Errorf("Provisioned message %q lacks %q", msg, inMessage)
+			}
+			return nil
+		})
+	}
+	provisioned(metav1.ConditionFalse, controllers.WaitingForInfrastructureReason, "KubevirtCluster plane is not ready")
+
+	// CAPI mirrors the KubevirtCluster's readiness onto the Cluster.
+	cluster := &clusterv1.Cluster{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: infra, Name: "plane"}, cluster); err != nil {
+		t.Fatal(err)
+	}
+	setClusterCondition(ctx, t, cluster, clusterv1.ClusterInfrastructureReadyCondition, metav1.ConditionFalse, "WaitingForVMs", "0 of 1 VMs")
+	provisioned(metav1.ConditionFalse, controllers.WaitingForInfrastructureReason, "0 of 1 VMs")
+	setClusterCondition(ctx, t, cluster, clusterv1.ClusterInfrastructureReadyCondition, metav1.ConditionTrue, "Ready", "")
+	provisioned(metav1.ConditionFalse, controllers.WaitingForControlPlaneReason, "has not created TenantControlPlane plane")
+
+	// Kamaji's CAPI provider creates the TenantControlPlane; Kamaji reports it.
+	tcp := &kamajiv1alpha1.TenantControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: infra, Name: "plane"},
+		Spec: kamajiv1alpha1.TenantControlPlaneSpec{
+			ControlPlane: kamajiv1alpha1.ControlPlane{Service: kamajiv1alpha1.ServiceSpec{ServiceType: "ClusterIP"}},
+			Kubernetes:   kamajiv1alpha1.KubernetesSpec{Version: "v1.33.4", Kubelet: kamajiv1alpha1.KubeletSpec{CGroupFS: "systemd"}},
+		}}
+	if err := k8s.Create(ctx, tcp); err != nil {
+		t.Fatal(err)
+	}
+	tcp.Status.Kubernetes.Version = kamajiv1alpha1.KubernetesVersion{Version: "v1.33.4", Status: ptr.To(kamajiv1alpha1.VersionProvisioning)}
+	if err := k8s.Status().Update(ctx, tcp); err != nil {
+		t.Fatal(err)
+	}
+	provisioned(metav1.ConditionFalse, controllers.WaitingForControlPlaneReason, "TenantControlPlane plane is Provisioning")
+
+	tcp.Status.Kubernetes.Version.Status = ptr.To(kamajiv1alpha1.VersionReady)
+	tcp.Status.ControlPlaneEndpoint = "10.96.0.10:6443"
+	if err := k8s.Status().Update(ctx, tcp); err != nil {
+		t.Fatal(err)
+	}
+	provisioned(metav1.ConditionFalse, controllers.WaitingForKubeconfigReason, "names no admin kubeconfig Secret")
+
+	tcp.Status.KubeConfig.Admin.SecretName = "plane-admin-kubeconfig"
+	if err := k8s.Status().Update(ctx, tcp); err != nil {
+		t.Fatal(err)
+	}
+	provisioned(metav1.ConditionFalse, controllers.WaitingForKubeconfigReason, "does not exist yet")
+
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: infra, Name: "plane-admin-kubeconfig"},
+		Data: map[string][]byte{"super-admin.svc": []byte("not a kubeconfig: [")}}
+	if err := k8s.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	provisioned(metav1.ConditionFalse, controllers.WaitingForKubeconfigReason, "is not a kubeconfig")
+
+	secret.Data["super-admin.svc"] = []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: plane, cluster: {server: "https://plane.cp.svc:6443"}}]
+users: [{name: admin, user: {token: t}}]
+contexts: [{name: admin@plane, context: {cluster: plane, user: admin}}]
+current-context: admin@plane
+`)
+	if err := k8s.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	provisioned(metav1.ConditionTrue, cpv1.SucceededReason, "Control plane v1.33.4 is up at 10.96.0.10:6443")
+	got := &cpv1.ComputePlane{}
+	if err := k8s.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Endpoint != "10.96.0.10:6443" || got.Status.Version != "v1.33.4" {
+		t.Errorf("endpoint/version = %q/%q", got.Status.Endpoint, got.Status.Version)
+	}
+	// Hardening is the next stage; Ready stays False.
+	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionFalse, cpv1.NotImplementedReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionFalse, cpv1.NotImplementedReason))
+}
+
+func setClusterCondition(ctx context.Context, t *testing.T, c *clusterv1.Cluster, typ string, s metav1.ConditionStatus, reason, msg string) {
+	t.Helper()
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+		t.Fatal(err)
+	}
+	apimeta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg})
+	if err := k8s.Status().Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNodeGroupUpdates: a template change rolls (new name, MachineDeployment follows),
+// the old template goes once no MachineSet uses it, a template in use stays, and a
+// removed group's MachineDeployment is deleted.
+func TestNodeGroupUpdates(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	class := newClass("roll-" + rand.String(6), func(c *cpv1.ComputePlaneClass) {
+		c.Spec.NodeGroups.InstanceTypes = []string{"u1.medium", "u1.large", "u1.xlarge"}
+	})
+	if err := k8s.Create(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	ns := tenantNamespace(t, ctx)
+	p := newPlane(ns, "plane", class.Name, withGroup("workers", medium), withGroup("extra", medium))
+	if err := k8s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	infra := "cp-" + ns
+	md := &clusterv1.MachineDeployment{}
+	mdKey := client.ObjectKey{Namespace: infra, Name: "plane-workers"}
+	var first string
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, mdKey, md); err != nil {
+			return err
+		}
+		first = md.Spec.Template.Spec.InfrastructureRef.Name
+		return nil
+	})
+
+	// A MachineSet still runs machines from the first template.
+	ms := &clusterv1.MachineSet{ObjectMeta: metav1.ObjectMeta{Namespace: infra, Name: "plane-workers-abc",
+		Labels: map[string]string{render.ClusterNameLabel: "plane"}},
+		Spec: clusterv1.MachineSetSpec{ClusterName: "plane",
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"set": "abc"}},
+			Template: clusterv1.MachineTemplateSpec{ObjectMeta: clusterv1.ObjectMeta{Labels: map[string]string{"set": "abc"}},
+				Spec: clusterv1.MachineSpec{ClusterName: "plane",
+					Bootstrap:         clusterv1.Bootstrap{ConfigRef: md.Spec.Template.Spec.Bootstrap.ConfigRef},
+					InfrastructureRef: md.Spec.Template.Spec.InfrastructureRef}}}}
+	if err := k8s.Create(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+
+	roll := func(instanceType, prev string) string {
+		t.Helper()
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(p.DeepCopy())
+		g := p.Spec.NodeGroups["workers"]
+		g.InstanceType = instanceType
+		p.Spec.NodeGroups["workers"] = g
+		if err := k8s.Patch(ctx, p, patch); err != nil {
+			t.Fatal(err)
+		}
+		var name string
+		eventually(t, settle, func() error {
+			if err := k8s.Get(ctx, mdKey, md); err != nil {
+				return err
+			}
+			name = md.Spec.Template.Spec.InfrastructureRef.Name
+			if name == prev {
+				return errors.New("MachineDeployment still on the previous template")
+			}
+			return nil
+		})
+		return name
+	}
+	second := roll("u1.large", first)
+	third := roll("u1.xlarge", second)
+	if second == third {
+		t.Fatal("two different instance types share a template name")
+	}
+	templateNames := func() map[string]bool {
+		out := map[string]bool{}
+		for _, kmt := range kmtList(ctx, t, infra) {
+			out[kmt.GetName()] = true
+		}
+		return out
+	}
+	eventually(t, settle, func() error {
+		names := templateNames()
+		switch {
+		case !names[first]:
+			return errors.New("the template a MachineSet still uses was deleted")
+		case names[second]:
+			return errors.New("the unused intermediate template was not cleaned up")
+		case !names[third]:
+			return errors.New("the current template is missing")
+		}
+		return nil
+	})
+
+	// The MachineSet goes (CAPI replaced the machines): the first template goes too.
+	if err := k8s.Delete(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing about the plane changed, so ask for a reconcile the Flux way.
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(p.DeepCopy())
+	metav1.SetMetaDataAnnotation(&p.ObjectMeta, "reconcile.fluxcd.io/requestedAt", "after-machineset")
+	if err := k8s.Patch(ctx, p, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		if templateNames()[first] {
+			return errors.New("the first template outlived its last MachineSet")
+		}
+		return nil
+	})
+
+	// Removing a node group removes its MachineDeployment.
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+		t.Fatal(err)
+	}
+	patch = client.MergeFrom(p.DeepCopy())
+	delete(p.Spec.NodeGroups, "extra")
+	if err := k8s.Patch(ctx, p, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: infra, Name: "plane-extra"}, &clusterv1.MachineDeployment{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("removed group's MachineDeployment still there (err=%v)", err)
+	})
+}
+
+// TestDeletionWaitsForClusterAPI: the plane's finalizer holds until Cluster API has
+// deleted the Cluster, the wait is visible, and the add-ons and leftovers go.
+func TestDeletionWaitsForClusterAPI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	class := newClass("teardown-" + rand.String(6))
+	if err := k8s.Create(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	ns := tenantNamespace(t, ctx)
+	p := newPlane(ns, "plane", class.Name, withGroup("workers", medium))
+	if err := k8s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(p)
+	infra := "cp-" + ns
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
+
+	// Cluster API's finalizer on the Cluster, as its controller would add.
+	cluster := &clusterv1.Cluster{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: infra, Name: "plane"}, cluster); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(cluster.DeepCopy())
+	controllerutil.AddFinalizer(cluster, clusterv1.ClusterFinalizer)
+	if err := k8s.Patch(ctx, cluster, patch); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := k8s.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, key, got); err != nil {
+			return err
+		}
+		rec := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReconcilingCondition)
+		if rec == nil || !strings.Contains(rec.Message, "waiting for Cluster API to delete Cluster") {
+			return fmt.Errorf("Reconciling = %+v", rec)
+		}
+		if !apimeta.IsStatusConditionFalse(got.Status.Conditions, cpv1.ReadyCondition) {
+			return errors.New("Ready is not False while deleting")
+		}
+		return nil
+	})
+	var hrs helmv2.HelmReleaseList
+	if err := k8s.List(ctx, &hrs, client.InNamespace(infra)); err != nil || len(hrs.Items) != 0 {
+		t.Errorf("add-on releases left before the Cluster went: %d (%v)", len(hrs.Items), err)
+	}
+
+	// Cluster API finishes.
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); err != nil {
+		t.Fatal(err)
+	}
+	patch = client.MergeFrom(cluster.DeepCopy())
+	controllerutil.RemoveFinalizer(cluster, clusterv1.ClusterFinalizer)
+	if err := k8s.Patch(ctx, cluster, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, key, &cpv1.ComputePlane{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("plane still present (err=%v)", err)
+		}
+		return nil
+	})
+	if n := len(kmtList(ctx, t, infra)); n != 0 {
+		t.Errorf("%d machine templates left behind", n)
+	}
+	nsObj := &corev1.Namespace{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: infra}, nsObj); err == nil && nsObj.DeletionTimestamp.IsZero() {
+		t.Error("the infrastructure namespace was not deleted")
+	}
+}

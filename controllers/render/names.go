@@ -1,0 +1,94 @@
+// Package render turns a ComputePlane and its class into the Cluster API object graph
+// the operator owns. It is pure: no I/O, same inputs give the same objects, so every
+// shape is covered by table tests and the real CRD schemas in the envtest suites.
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+)
+
+// Label keys the operator sets beside the plane labels of the API package.
+const (
+	// NodeGroupLabel names a node group on its MachineDeployment, templates and VMs.
+	NodeGroupLabel = "computeplane.cozystack.io/node-group"
+	// ManagedByLabel marks objects the operator created.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	// ManagedByValue is ManagedByLabel's value.
+	ManagedByValue = "computeplane-operator"
+	// ClusterNameLabel is Cluster API's cluster label.
+	ClusterNameLabel = "cluster.x-k8s.io/cluster-name"
+	// AutoscalerMinAnnotation and AutoscalerMaxAnnotation bound the cluster-autoscaler.
+	AutoscalerMinAnnotation = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+	AutoscalerMaxAnnotation = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+	// KubeconfigSecretKeyAnnotation pins the key Kamaji reads the admin kubeconfig from.
+	KubeconfigSecretKeyAnnotation = "kamaji.clastix.io/kubeconfig-secret-key"
+	// AdminKubeconfigKey is the admin kubeconfig key that reaches the plane's API server
+	// through its in-cluster Service (Kamaji's super-admin.svc).
+	AdminKubeconfigKey = "super-admin.svc"
+)
+
+// InfrastructureNamespace is where a plane's infrastructure lives: a dedicated,
+// operator-owned namespace (<prefix><tenant namespace>, shortened with a hash when too
+// long) or the tenant namespace itself, as the class says.
+func InfrastructureNamespace(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) string {
+	if class.Spec.Infrastructure.Placement == cpv1.TenantNamespace {
+		return plane.Namespace
+	}
+	return fitName(class.Spec.Infrastructure.NamespacePrefix+plane.Namespace, 63)
+}
+
+// ClusterName names the Cluster, KamajiControlPlane (and so Kamaji's
+// TenantControlPlane) and KubevirtCluster. One plane per tenant namespace and one
+// infrastructure namespace per plane keep it unique.
+func ClusterName(plane *cpv1.ComputePlane) string { return plane.Name }
+
+// AdminKubeconfigSecretName is the Secret Kamaji writes the admin kubeconfig to.
+func AdminKubeconfigSecretName(plane *cpv1.ComputePlane) string {
+	return ClusterName(plane) + "-admin-kubeconfig"
+}
+
+// MachineDeploymentName names a node group's MachineDeployment.
+func MachineDeploymentName(plane *cpv1.ComputePlane, group string) string {
+	return fitName(ClusterName(plane)+"-"+group, 63)
+}
+
+// PlaneLabels link an object to its ComputePlane across namespaces.
+func PlaneLabels(plane *cpv1.ComputePlane) map[string]string {
+	return map[string]string{
+		cpv1.PlaneNameLabel:      plane.Name,
+		cpv1.PlaneNamespaceLabel: plane.Namespace,
+		ManagedByLabel:           ManagedByValue,
+	}
+}
+
+func merge(maps ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range maps {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// fitName keeps a name within max characters, replacing the tail with a hash.
+func fitName(name string, max int) string {
+	if len(name) <= max {
+		return name
+	}
+	return name[:max-9] + "-" + hashOf(name)[:8]
+}
+
+// hashOf is a short, stable content hash.
+func hashOf(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only our own plain structs are hashed
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

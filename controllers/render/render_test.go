@@ -1,0 +1,291 @@
+package render
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+)
+
+func testClass() *cpv1.ComputePlaneClass {
+	return &cpv1.ComputePlaneClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "std"},
+		Spec: cpv1.ComputePlaneClassSpec{
+			KubernetesVersion: "v1.33.4",
+			ControlPlane:      cpv1.ControlPlaneProfile{Replicas: 2, ServiceType: "ClusterIP", DataStoreName: "etcd-a"},
+			Infrastructure:    cpv1.InfrastructureProfile{Placement: cpv1.DedicatedNamespace, NamespacePrefix: "cp-"},
+			Addons: []cpv1.SystemAddon{{Name: "cilium", Role: cpv1.AddonRoleCNI, TargetNamespace: "kube-system",
+				ChartRef: cpv1.AddonChartRef{Kind: "OCIRepository", Name: "cilium", Namespace: "cozy-system"}}},
+		},
+	}
+}
+
+func testPlane(groups map[string]cpv1.NodeGroup) *cpv1.ComputePlane {
+	return &cpv1.ComputePlane{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "plane"},
+		Spec:       cpv1.ComputePlaneSpec{ClassName: "std", NodeGroups: groups},
+	}
+}
+
+func TestInfrastructureNamespace(t *testing.T) {
+	class := testClass()
+	p := testPlane(nil)
+	if got := InfrastructureNamespace(p, class); got != "cp-tenant-a" {
+		t.Errorf("dedicated = %q", got)
+	}
+	p.Namespace = strings.Repeat("t", 63)
+	if got := InfrastructureNamespace(p, class); len(got) != 63 || !strings.HasPrefix(got, "cp-ttt") {
+		t.Errorf("long namespace = %q (%d chars)", got, len(got))
+	}
+	if a, b := InfrastructureNamespace(p, class), InfrastructureNamespace(testPlane(nil), class); a == b {
+		t.Error("different tenants share an infrastructure namespace")
+	}
+	class.Spec.Infrastructure.Placement = cpv1.TenantNamespace
+	if got := InfrastructureNamespace(testPlane(nil), class); got != "tenant-a" {
+		t.Errorf("tenant placement = %q", got)
+	}
+}
+
+func TestPlaneGraph(t *testing.T) {
+	medium := cpv1.NodeGroup{MinReplicas: 1, MaxReplicas: 3, InstanceType: "u1.medium"}
+	cases := []struct {
+		name       string
+		groups     map[string]cpv1.NodeGroup
+		tenantNS   bool
+		wantKinds  []string
+		wantGroups int
+	}{
+		{"no node groups", nil, false,
+			[]string{"KamajiControlPlane", "KubevirtCluster", "Cluster", "HelmRelease"}, 0},
+		{"one node group", map[string]cpv1.NodeGroup{"workers": medium}, false,
+			[]string{"KamajiControlPlane", "KubevirtCluster", "Cluster",
+				"KubevirtMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment", "HelmRelease"}, 1},
+		{"several, sorted", map[string]cpv1.NodeGroup{"b": medium, "a": medium}, true,
+			[]string{"KamajiControlPlane", "KubevirtCluster", "Cluster",
+				"KubevirtMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment",
+				"KubevirtMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment", "HelmRelease"}, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			class := testClass()
+			if tc.tenantNS {
+				class.Spec.Infrastructure.Placement = cpv1.TenantNamespace
+			}
+			g, err := Plane(testPlane(tc.groups), class)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var kinds []string
+			for _, o := range g.Objects {
+				kinds = append(kinds, o.GetObjectKind().GroupVersionKind().Kind)
+				if o.GetLabels()[cpv1.PlaneNameLabel] != "plane" || o.GetLabels()[cpv1.PlaneNamespaceLabel] != "tenant-a" {
+					t.Errorf("%s %s lacks the plane labels: %v", kinds[len(kinds)-1], o.GetName(), o.GetLabels())
+				}
+			}
+			if strings.Join(kinds, ",") != strings.Join(tc.wantKinds, ",") {
+				t.Errorf("kinds = %v, want %v", kinds, tc.wantKinds)
+			}
+			if (g.Namespace == nil) != tc.tenantNS {
+				t.Errorf("namespace = %v, tenant placement %v", g.Namespace, tc.tenantNS)
+			}
+			if len(g.NodeGroups) != tc.wantGroups {
+				t.Errorf("node groups = %d, want %d", len(g.NodeGroups), tc.wantGroups)
+			}
+			if tc.wantGroups == 2 && g.NodeGroups[0].Name != "a" {
+				t.Errorf("node groups not sorted: %s first", g.NodeGroups[0].Name)
+			}
+		})
+	}
+}
+
+func TestKamajiControlPlaneFromClass(t *testing.T) {
+	kcp := KamajiControlPlane(testPlane(nil), testClass())
+	for path, want := range map[string]any{
+		"spec.version": "v1.33.4", "spec.replicas": int64(2), "spec.dataStoreName": "etcd-a",
+		"spec.network.serviceType": "ClusterIP",
+	} {
+		got, _, _ := unstructured.NestedFieldNoCopy(kcp.Object, strings.Split(path, ".")...)
+		if got != want {
+			t.Errorf("%s = %v, want %v", path, got, want)
+		}
+	}
+	if kcp.GetAnnotations()[KubeconfigSecretKeyAnnotation] != "super-admin.svc" {
+		t.Errorf("kubeconfig key not pinned: %v", kcp.GetAnnotations())
+	}
+}
+
+func TestNodeGroupRendering(t *testing.T) {
+	gpu := cpv1.NodeGroup{MinReplicas: 0, MaxReplicas: 2,
+		Resources: &cpv1.NodeResources{CPU: resource.MustParse("8"), Memory: resource.MustParse("32Gi")},
+		DiskSize:  ptrQ("50Gi"),
+		GPUs:      []cpv1.NodeGPU{{DeviceName: "nvidia.com/A10", Count: 2}},
+		Roles:     []string{"gpu", "worker"}}
+	fixed := cpv1.NodeGroup{MinReplicas: 2, MaxReplicas: 2, InstanceType: "u1.large"}
+	class := testClass()
+	class.Spec.NodeGroups.StorageClassName = "replicated"
+
+	groups, err := NodeGroups(testPlane(map[string]cpv1.NodeGroup{"gpu": gpu, "fixed": fixed}), class)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx, gp := groups[0], groups[1]
+
+	// Fixed size: replicas set, no autoscaler bounds.
+	if r := fx.MachineDeployment.Spec.Replicas; r == nil || *r != 2 {
+		t.Errorf("fixed group replicas = %v, want 2", r)
+	}
+	if _, ok := fx.MachineDeployment.Annotations[AutoscalerMinAnnotation]; ok {
+		t.Error("a fixed-size group carries autoscaler annotations")
+	}
+	// Autoscaled: no replicas, min/max annotations (scale from zero allowed).
+	if gp.MachineDeployment.Spec.Replicas != nil {
+		t.Errorf("autoscaled group has fixed replicas %d", *gp.MachineDeployment.Spec.Replicas)
+	}
+	if a := gp.MachineDeployment.Annotations; a[AutoscalerMinAnnotation] != "0" || a[AutoscalerMaxAnnotation] != "2" {
+		t.Errorf("autoscaler annotations = %v", a)
+	}
+	if ref := gp.MachineDeployment.Spec.Template.Spec.InfrastructureRef; ref.Name != gp.MachineTemplate.GetName() || ref.Kind != KubevirtTemplateKind {
+		t.Errorf("infrastructureRef = %+v, template %s", ref, gp.MachineTemplate.GetName())
+	}
+	if ref := gp.MachineDeployment.Spec.Template.Spec.Bootstrap.ConfigRef; ref.Name != gp.BootstrapTemplate.Name {
+		t.Errorf("bootstrap configRef = %+v, template %s", ref, gp.BootstrapTemplate.Name)
+	}
+	if v := gp.MachineDeployment.Spec.Template.Spec.Version; v != "v1.33.4" {
+		t.Errorf("worker version = %q", v)
+	}
+	if got := *gp.BootstrapTemplate.Spec.Template.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs[0].Value; got !=
+		"computeplane.cozystack.io/node-group=gpu,node-role.kubernetes.io/gpu=,node-role.kubernetes.io/worker=" {
+		t.Errorf("node labels = %q", got)
+	}
+
+	vm := nested(t, gp.MachineTemplate, "spec", "template", "spec", "virtualMachineTemplate", "spec")
+	if got := nestedS(vm, "template", "spec", "domain", "cpu", "cores"); got != "8" {
+		t.Errorf("cores = %s", got)
+	}
+	if got := nestedS(vm, "template", "spec", "domain", "memory", "guest"); got != "32Gi" {
+		t.Errorf("guest memory = %s", got)
+	}
+	gpus, _, _ := unstructured.NestedSlice(vm, "template", "spec", "domain", "devices", "gpus")
+	if len(gpus) != 2 || gpus[1].(map[string]any)["deviceName"] != "nvidia.com/A10" || gpus[1].(map[string]any)["name"] != "gpu1" {
+		t.Errorf("gpus = %v", gpus)
+	}
+	dvs, _, _ := unstructured.NestedSlice(vm, "dataVolumeTemplates")
+	dv := dvs[0].(map[string]any)
+	if got := nestedS(dv, "spec", "storage", "resources", "requests", "storage"); got != "50Gi" {
+		t.Errorf("disk = %s", got)
+	}
+	if got := nestedS(dv, "spec", "storage", "storageClassName"); got != "replicated" {
+		t.Errorf("storage class = %s", got)
+	}
+	if got := nestedS(dv, "spec", "source", "registry", "url"); got != "docker://quay.io/capk/ubuntu-2404-container-disk:v1.33.4" {
+		t.Errorf("image = %s", got)
+	}
+	if got := nestedS(vm, "template", "metadata", "labels", cpv1.PlaneNameLabel); got != "plane" {
+		t.Errorf("VMI plane label = %q", got)
+	}
+	// Instance type instead of resources.
+	fvm := nested(t, fx.MachineTemplate, "spec", "template", "spec", "virtualMachineTemplate", "spec")
+	if got := nestedS(fvm, "instancetype", "name"); got != "u1.large" {
+		t.Errorf("instancetype = %q", got)
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(fvm, "template", "spec", "domain", "cpu"); found {
+		t.Error("an instance-type group also sets cpu")
+	}
+}
+
+func TestTemplateNamesFollowContent(t *testing.T) {
+	g := cpv1.NodeGroup{MinReplicas: 1, MaxReplicas: 3, InstanceType: "u1.medium"}
+	render := func(g cpv1.NodeGroup, class *cpv1.ComputePlaneClass) NodeGroup {
+		groups, err := NodeGroups(testPlane(map[string]cpv1.NodeGroup{"w": g}), class)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return groups[0]
+	}
+	base := render(g, testClass())
+	if again := render(g, testClass()); again.MachineTemplate.GetName() != base.MachineTemplate.GetName() {
+		t.Error("the same input gives another template name")
+	}
+	scaled := g
+	scaled.MaxReplicas = 5
+	if s := render(scaled, testClass()); s.MachineTemplate.GetName() != base.MachineTemplate.GetName() {
+		t.Error("a replica change renamed the machine template (it would roll every node)")
+	}
+	bigger := g
+	bigger.InstanceType = "u1.large"
+	if b := render(bigger, testClass()); b.MachineTemplate.GetName() == base.MachineTemplate.GetName() {
+		t.Error("a new instance type kept the template name; CAPI templates are immutable")
+	}
+	upgraded := testClass()
+	upgraded.Spec.KubernetesVersion = "v1.34.1"
+	u := render(g, upgraded)
+	if u.MachineTemplate.GetName() == base.MachineTemplate.GetName() {
+		t.Error("a new node image kept the template name")
+	}
+	if u.MachineDeployment.Spec.Template.Spec.Version != "v1.34.1" {
+		t.Error("workers not moved to the new version")
+	}
+}
+
+func TestWholeCores(t *testing.T) {
+	for in, ok := range map[string]bool{"2": true, "2000m": true, "1500m": false, "0": false} {
+		_, err := wholeCores(resource.MustParse(in))
+		if (err == nil) != ok {
+			t.Errorf("wholeCores(%s) err = %v", in, err)
+		}
+	}
+}
+
+func TestAddonsUseTheAdminKubeconfigOnlyInTheInfrastructureNamespace(t *testing.T) {
+	hrs := Addons(testPlane(nil), testClass())
+	if len(hrs) != 1 {
+		t.Fatalf("addons = %d", len(hrs))
+	}
+	hr := hrs[0]
+	if hr.Namespace != "cp-tenant-a" {
+		t.Errorf("add-on release in %q, want the infrastructure namespace", hr.Namespace)
+	}
+	if ref := hr.Spec.KubeConfig.SecretRef; ref.Name != "plane-admin-kubeconfig" || ref.Key != "super-admin.svc" {
+		t.Errorf("kubeConfig = %+v", ref)
+	}
+	if hr.Spec.TargetNamespace != "kube-system" || hr.Spec.ChartRef.Name != "cilium" || hr.Labels[AddonRoleLabel] != "CNI" {
+		t.Errorf("release = %+v", hr.Spec)
+	}
+}
+
+func ptrQ(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
+
+func nested(t *testing.T, u *unstructured.Unstructured, path ...string) map[string]any {
+	t.Helper()
+	m, found, err := unstructured.NestedMap(u.Object, path...)
+	if err != nil || !found {
+		t.Fatalf("%v not found: %v", path, err)
+	}
+	return m
+}
+
+func nestedS(m map[string]any, path ...string) string {
+	v, _, _ := unstructured.NestedFieldNoCopy(m, path...)
+	if v == nil {
+		return ""
+	}
+	switch t := v.(type) {
+	case string:
+		return t
+	default:
+		return strings.TrimSpace(strings.Trim(toString(t), "\""))
+	}
+}
+
+func toString(v any) string {
+	switch t := v.(type) {
+	case int64:
+		return resource.NewQuantity(t, resource.DecimalSI).String()
+	default:
+		return ""
+	}
+}
