@@ -246,7 +246,7 @@ func setClusterCondition(ctx context.Context, t *testing.T, c *clusterv1.Cluster
 func TestNodeGroupUpdates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	class := newClass("roll-" + rand.String(6), func(c *cpv1.ComputePlaneClass) {
+	class := newClass("roll-"+rand.String(6), func(c *cpv1.ComputePlaneClass) {
 		c.Spec.NodeGroups.InstanceTypes = []string{"u1.medium", "u1.large", "u1.xlarge"}
 	})
 	if err := k8s.Create(ctx, class); err != nil {

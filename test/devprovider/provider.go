@@ -12,8 +12,8 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
-	"time"
 	"sync"
+	"time"
 
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
