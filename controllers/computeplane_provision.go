@@ -6,8 +6,11 @@ import (
 	"strings"
 
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	fluxmeta "github.com/fluxcd/pkg/apis/meta"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -51,13 +54,18 @@ const (
 // asks for, and reports how far the providers have come.
 func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *scope) (ctrl.Result, error) {
 	p, class := s.plane, s.class
-	graph, err := render.Plane(p, class)
+	infraNS := render.InfrastructureNamespace(p, class)
+	p.Status.InfrastructureNamespace = infraNS
+
+	before, err := r.observeProviders(ctx, s, infraNS, false)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	graph, err := render.Plane(p, class, before.workerVersion(class.Spec.KubernetesVersion))
 	if err != nil {
 		s.observe(cpv1.ProvisionedCondition, stageTerminal(RenderFailedReason, "%v; fix the spec", err))
 		return ctrl.Result{}, nil
 	}
-	infraNS := render.InfrastructureNamespace(p, class)
-	p.Status.InfrastructureNamespace = infraNS
 
 	if graph.Namespace != nil {
 		if _, err := applyIfChanged(ctx, r.Client, graph.Namespace); err != nil {
@@ -80,7 +88,8 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 		return ctrl.Result{}, err
 	}
 
-	obs, err := r.observeProviders(ctx, s, infraNS)
+	// Read again: the applies may have created what the first look did not find.
+	obs, err := r.observeProviders(ctx, s, infraNS, true)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -105,9 +114,12 @@ type providerObservation struct {
 	kubeconfigSecret string
 	kubeconfigErr    string
 	machineDeploys   []clusterv1.MachineDeployment
+	addons           []helmv2.HelmRelease
 }
 
-func (r *ComputePlaneReconciler) observeProviders(ctx context.Context, s *scope, ns string) (*providerObservation, error) {
+// observeProviders reads what the providers report; withKubeconfig also reads and checks
+// the admin kubeconfig Secret (a direct read, so only once per reconcile).
+func (r *ComputePlaneReconciler) observeProviders(ctx context.Context, s *scope, ns string, withKubeconfig bool) (*providerObservation, error) {
 	name := render.ClusterName(s.plane)
 	obs := &providerObservation{}
 	cluster := &clusterv1.Cluster{}
@@ -129,8 +141,13 @@ func (r *ComputePlaneReconciler) observeProviders(ctx context.Context, s *scope,
 		return nil, err
 	}
 	obs.machineDeploys = mds.Items
+	var hrs helmv2.HelmReleaseList
+	if err := r.List(ctx, &hrs, client.InNamespace(ns), s.planeSelector()); err != nil {
+		return nil, err
+	}
+	obs.addons = hrs.Items
 
-	if obs.tcp != nil && obs.tcp.Status.KubeConfig.Admin.SecretName != "" {
+	if withKubeconfig && obs.tcp != nil && obs.tcp.Status.KubeConfig.Admin.SecretName != "" {
 		obs.kubeconfigSecret = obs.tcp.Status.KubeConfig.Admin.SecretName
 		// Read around the cache: the operator does not watch Secrets.
 		secret := &corev1.Secret{}
@@ -145,6 +162,21 @@ func (r *ComputePlaneReconciler) observeProviders(ctx context.Context, s *scope,
 		}
 	}
 	return obs, nil
+}
+
+// workerVersion applies render.WorkerVersion to what the providers report.
+func (o *providerObservation) workerVersion(classVersion string) string {
+	cpVersion, cpReady := "", false
+	if o.tcp != nil {
+		v := o.tcp.Status.Kubernetes.Version
+		cpVersion = v.Version
+		cpReady = v.Status != nil && *v.Status == kamajiv1alpha1.VersionReady
+	}
+	workers := make([]string, 0, len(o.machineDeploys))
+	for _, md := range o.machineDeploys {
+		workers = append(workers, md.Spec.Template.Spec.Version)
+	}
+	return render.WorkerVersion(classVersion, cpVersion, cpReady, workers)
 }
 
 // checkKubeconfig returns why a kubeconfig is unusable, or "".
@@ -245,8 +277,28 @@ func provisioningResult(o *providerObservation) stageResult {
 	if o.kubeconfigErr != "" {
 		return stageFalse(WaitingForKubeconfigReason, "admin kubeconfig Secret %s %s", o.kubeconfigSecret, o.kubeconfigErr)
 	}
-	return stageTrue(cpv1.SucceededReason, fmt.Sprintf("Control plane %s is up at %s; %s",
-		o.tcp.Status.Kubernetes.Version.Version, o.tcp.Status.ControlPlaneEndpoint, nodeGroupSummary(o.machineDeploys)))
+	return stageTrue(cpv1.SucceededReason, fmt.Sprintf("Control plane %s is up at %s; %s; %s",
+		o.tcp.Status.Kubernetes.Version.Version, o.tcp.Status.ControlPlaneEndpoint,
+		nodeGroupSummary(o.machineDeploys), addonSummary(o.addons)))
+}
+
+// addonSummary reports the system add-ons' Flux readiness. It does not block
+// provisioning: the add-ons need the plane's API, which is what Provisioned establishes;
+// the stages that need a working pod network wait on them.
+func addonSummary(hrs []helmv2.HelmRelease) string {
+	if len(hrs) == 0 {
+		return "no add-ons"
+	}
+	parts := make([]string, 0, len(hrs))
+	for _, hr := range hrs {
+		name := hr.Spec.ReleaseName
+		if c := apimeta.FindStatusCondition(hr.Status.Conditions, fluxmeta.ReadyCondition); c != nil && c.Status == metav1.ConditionTrue {
+			parts = append(parts, name+" ready")
+		} else {
+			parts = append(parts, name+" not ready"+detail(c))
+		}
+	}
+	return "add-ons: " + strings.Join(parts, ", ")
 }
 
 func nodeGroupSummary(mds []clusterv1.MachineDeployment) string {

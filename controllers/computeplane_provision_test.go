@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -30,6 +31,11 @@ func TestProvisioningResult(t *testing.T) {
 		m.Status.AvailableReplicas = available
 		return m
 	}
+	addon := func(name string, s metav1.ConditionStatus, msg string) helmv2.HelmRelease {
+		hr := helmv2.HelmRelease{Spec: helmv2.HelmReleaseSpec{ReleaseName: name}}
+		hr.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: s, Message: msg}}
+		return hr
+	}
 	cases := []struct {
 		name         string
 		obs          providerObservation
@@ -49,7 +55,10 @@ func TestProvisioningResult(t *testing.T) {
 			"False", WaitingForKubeconfigReason, "admin kubeconfig Secret s has no key super-admin.svc"},
 		{"up, scale-from-zero group does not block", providerObservation{cluster: infraReady, tcp: tcp(kamajiv1alpha1.VersionReady, "s"), kubeconfigSecret: "s",
 			machineDeploys: []clusterv1.MachineDeployment{md("workers", ptr.To[int32](2), ptr.To[int32](3)), md("gpu", nil, nil)}},
-			"True", cpv1.SucceededReason, "node groups: workers 2 available (of 3), gpu 0 available (of 0)"},
+			"True", cpv1.SucceededReason, "node groups: workers 2 available (of 3), gpu 0 available (of 0); no add-ons"},
+		{"add-on readiness is reported", providerObservation{cluster: infraReady, tcp: tcp(kamajiv1alpha1.VersionReady, "s"), kubeconfigSecret: "s",
+			addons: []helmv2.HelmRelease{addon("cilium", metav1.ConditionTrue, ""), addon("ingress", metav1.ConditionFalse, "install retries exhausted")}},
+			"True", cpv1.SucceededReason, "add-ons: cilium ready, ingress not ready: install retries exhausted"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

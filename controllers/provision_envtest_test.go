@@ -227,6 +227,52 @@ current-context: admin@plane
 	// Hardening is the next stage; Ready stays False.
 	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionFalse, cpv1.NotImplementedReason))
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionFalse, cpv1.NotImplementedReason))
+
+	// Upgrade: the control plane moves first; workers wait until Kamaji reports it Ready.
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(class), class); err != nil {
+		t.Fatal(err)
+	}
+	class.Spec.KubernetesVersion = "v1.34.1"
+	if err := k8s.Update(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	kcp := &unstructured.Unstructured{}
+	kcp.SetAPIVersion(render.KamajiAPIVersion)
+	kcp.SetKind(render.KamajiControlPlaneKind)
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: infra, Name: "plane"}, kcp); err != nil {
+			return err
+		}
+		if v, _, _ := unstructured.NestedString(kcp.Object, "spec", "version"); v != "v1.34.1" {
+			return fmt.Errorf("KamajiControlPlane at %s", v)
+		}
+		return nil
+	})
+	md := &clusterv1.MachineDeployment{}
+	mdKey := client.ObjectKey{Namespace: infra, Name: "plane-workers"}
+	if err := k8s.Get(ctx, mdKey, md); err != nil {
+		t.Fatal(err)
+	}
+	oldTemplate := md.Spec.Template.Spec.InfrastructureRef.Name
+	if md.Spec.Template.Spec.Version != "v1.33.4" {
+		t.Errorf("workers moved to %s before the control plane", md.Spec.Template.Spec.Version)
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(tcp), tcp); err != nil {
+		t.Fatal(err)
+	}
+	tcp.Status.Kubernetes.Version = kamajiv1alpha1.KubernetesVersion{Version: "v1.34.1", Status: ptr.To(kamajiv1alpha1.VersionReady)}
+	if err := k8s.Status().Update(ctx, tcp); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, mdKey, md); err != nil {
+			return err
+		}
+		if md.Spec.Template.Spec.Version != "v1.34.1" || md.Spec.Template.Spec.InfrastructureRef.Name == oldTemplate {
+			return fmt.Errorf("workers at %s on %s", md.Spec.Template.Spec.Version, md.Spec.Template.Spec.InfrastructureRef.Name)
+		}
+		return nil
+	})
 }
 
 func setClusterCondition(ctx context.Context, t *testing.T, c *clusterv1.Cluster, typ string, s metav1.ConditionStatus, reason, msg string) {
@@ -442,5 +488,49 @@ func TestDeletionWaitsForClusterAPI(t *testing.T) {
 	nsObj := &corev1.Namespace{}
 	if err := k8s.Get(ctx, client.ObjectKey{Name: infra}, nsObj); err == nil && nsObj.DeletionTimestamp.IsZero() {
 		t.Error("the infrastructure namespace was not deleted")
+	}
+}
+
+// TestTenantNamespacePlacement: for platforms that filter what tenants see, the class
+// may keep infrastructure in the tenant namespace; objects are then owned by the plane,
+// and teardown never deletes the tenant's namespace.
+func TestTenantNamespacePlacement(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	class := newClass("inplace-"+rand.String(6), func(c *cpv1.ComputePlaneClass) {
+		c.Spec.Infrastructure.Placement = cpv1.TenantNamespace
+	})
+	if err := k8s.Create(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	ns := tenantNamespace(t, ctx)
+	p := newPlane(ns, "plane", class.Name, withGroup("workers", medium))
+	if err := k8s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(p)
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
+	cluster := &clusterv1.Cluster{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "plane"}, cluster); err != nil {
+		t.Fatal(err)
+	}
+	if len(cluster.OwnerReferences) != 1 || cluster.OwnerReferences[0].Kind != "ComputePlane" || cluster.OwnerReferences[0].Name != "plane" {
+		t.Errorf("Cluster owner references = %+v", cluster.OwnerReferences)
+	}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: "cp-" + ns}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a dedicated namespace was created for a TenantNamespace class (err=%v)", err)
+	}
+	if err := k8s.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, key, &cpv1.ComputePlane{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("plane still present (err=%v)", err)
+		}
+		return nil
+	})
+	nsObj := &corev1.Namespace{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: ns}, nsObj); err != nil || !nsObj.DeletionTimestamp.IsZero() {
+		t.Errorf("teardown touched the tenant namespace (err=%v, deleting=%v)", err, !nsObj.DeletionTimestamp.IsZero())
 	}
 }

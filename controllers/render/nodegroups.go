@@ -31,8 +31,8 @@ type NodeGroup struct {
 	MachineDeployment *clusterv1.MachineDeployment
 }
 
-// NodeGroups renders every node group, sorted by name.
-func NodeGroups(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) ([]NodeGroup, error) {
+// NodeGroups renders every node group at workerVersion, sorted by name.
+func NodeGroups(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, workerVersion string) ([]NodeGroup, error) {
 	names := make([]string, 0, len(plane.Spec.NodeGroups))
 	for n := range plane.Spec.NodeGroups {
 		names = append(names, n)
@@ -40,7 +40,7 @@ func NodeGroups(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) ([]Node
 	sort.Strings(names)
 	out := make([]NodeGroup, 0, len(names))
 	for _, n := range names {
-		g, err := nodeGroup(plane, class, n, plane.Spec.NodeGroups[n])
+		g, err := nodeGroup(plane, class, workerVersion, n, plane.Spec.NodeGroups[n])
 		if err != nil {
 			return nil, fmt.Errorf("node group %q: %w", n, err)
 		}
@@ -49,13 +49,13 @@ func NodeGroups(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) ([]Node
 	return out, nil
 }
 
-func nodeGroup(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, name string, g cpv1.NodeGroup) (NodeGroup, error) {
+func nodeGroup(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, version, name string, g cpv1.NodeGroup) (NodeGroup, error) {
 	ns := InfrastructureNamespace(plane, class)
 	cluster := ClusterName(plane)
 	mdName := MachineDeploymentName(plane, name)
 	groupLabels := merge(PlaneLabels(plane), map[string]string{ClusterNameLabel: cluster, NodeGroupLabel: name})
 
-	vm, err := VirtualMachineSpec(plane, class, name, g)
+	vm, err := VirtualMachineSpec(plane, class, version, name, g)
 	if err != nil {
 		return NodeGroup{}, err
 	}
@@ -95,7 +95,7 @@ func nodeGroup(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, name str
 	md.Spec.Selector.MatchLabels = map[string]string{ClusterNameLabel: cluster, NodeGroupLabel: name}
 	md.Spec.Template.ObjectMeta.Labels = groupLabels
 	md.Spec.Template.Spec.ClusterName = cluster
-	md.Spec.Template.Spec.Version = class.Spec.KubernetesVersion
+	md.Spec.Template.Spec.Version = version
 	md.Spec.Template.Spec.Bootstrap.ConfigRef = clusterv1.ContractVersionedObjectReference{
 		APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfigTemplate", Name: kct.Name,
 	}
@@ -119,7 +119,7 @@ func nodeGroup(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, name str
 // CPU and memory, a system disk imported from the class's node image, the GPUs the group
 // asks for, and the pod network. The VMI carries the plane labels (which the tenant
 // cannot set) so network policies can select exactly this plane's VM pods.
-func VirtualMachineSpec(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, name string, g cpv1.NodeGroup) (*kubevirtv1.VirtualMachineSpec, error) {
+func VirtualMachineSpec(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, version, name string, g cpv1.NodeGroup) (*kubevirtv1.VirtualMachineSpec, error) {
 	disk := DefaultDiskSize
 	switch {
 	case g.DiskSize != nil:
@@ -129,7 +129,7 @@ func VirtualMachineSpec(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass,
 	}
 	image := class.Spec.NodeGroups.NodeImage
 	if image == "" {
-		image = "quay.io/capk/ubuntu-2404-container-disk:" + class.Spec.KubernetesVersion
+		image = "quay.io/capk/ubuntu-2404-container-disk:" + version
 	}
 
 	domain := kubevirtv1.DomainSpec{

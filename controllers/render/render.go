@@ -19,9 +19,11 @@ type Graph struct {
 	NodeGroups []NodeGroup
 }
 
-// Plane renders a plane's whole infrastructure graph.
-func Plane(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) (*Graph, error) {
-	groups, err := NodeGroups(plane, class)
+// Plane renders a plane's whole infrastructure graph. The control plane always gets the
+// class's version; workers get workerVersion (see WorkerVersion), so that an upgrade moves
+// the control plane first and the workers after it.
+func Plane(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, workerVersion string) (*Graph, error) {
+	groups, err := NodeGroups(plane, class, workerVersion)
 	if err != nil {
 		return nil, err
 	}

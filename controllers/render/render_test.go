@@ -75,7 +75,7 @@ func TestPlaneGraph(t *testing.T) {
 			if tc.tenantNS {
 				class.Spec.Infrastructure.Placement = cpv1.TenantNamespace
 			}
-			g, err := Plane(testPlane(tc.groups), class)
+			g, err := Plane(testPlane(tc.groups), class, class.Spec.KubernetesVersion)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,7 +128,7 @@ func TestNodeGroupRendering(t *testing.T) {
 	class := testClass()
 	class.Spec.NodeGroups.StorageClassName = "replicated"
 
-	groups, err := NodeGroups(testPlane(map[string]cpv1.NodeGroup{"gpu": gpu, "fixed": fixed}), class)
+	groups, err := NodeGroups(testPlane(map[string]cpv1.NodeGroup{"gpu": gpu, "fixed": fixed}), class, "v1.33.4")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestNodeGroupRendering(t *testing.T) {
 func TestTemplateNamesFollowContent(t *testing.T) {
 	g := cpv1.NodeGroup{MinReplicas: 1, MaxReplicas: 3, InstanceType: "u1.medium"}
 	render := func(g cpv1.NodeGroup, class *cpv1.ComputePlaneClass) NodeGroup {
-		groups, err := NodeGroups(testPlane(map[string]cpv1.NodeGroup{"w": g}), class)
+		groups, err := NodeGroups(testPlane(map[string]cpv1.NodeGroup{"w": g}), class, class.Spec.KubernetesVersion)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,5 +287,27 @@ func toString(v any) string {
 		return resource.NewQuantity(t, resource.DecimalSI).String()
 	default:
 		return ""
+	}
+}
+
+func TestWorkerVersion(t *testing.T) {
+	cases := []struct {
+		name      string
+		class, cp string
+		cpReady   bool
+		workers   []string
+		want      string
+	}{
+		{"new plane", "v1.34.1", "", false, nil, "v1.34.1"},
+		{"steady", "v1.33.4", "v1.33.4", true, []string{"v1.33.4"}, "v1.33.4"},
+		{"control plane still upgrading", "v1.34.1", "v1.33.4", true, []string{"v1.33.4"}, "v1.33.4"},
+		{"control plane at the new version but not Ready", "v1.34.1", "v1.34.1", false, []string{"v1.33.4"}, "v1.33.4"},
+		{"control plane upgraded: workers follow", "v1.34.1", "v1.34.1", true, []string{"v1.33.4"}, "v1.34.1"},
+		{"control plane upgrading, no workers yet", "v1.34.1", "v1.33.4", true, nil, "v1.34.1"},
+	}
+	for _, tc := range cases {
+		if got := WorkerVersion(tc.class, tc.cp, tc.cpReady, tc.workers); got != tc.want {
+			t.Errorf("%s: got %s, want %s", tc.name, got, tc.want)
+		}
 	}
 }
