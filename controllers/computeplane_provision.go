@@ -271,6 +271,9 @@ func provisioningResult(o *providerObservation) stageResult {
 		}
 		return stageFalse(WaitingForControlPlaneReason, "TenantControlPlane %s is %s", o.tcp.Name, phase)
 	}
+	if c := findCondition(o.cluster.Status.Conditions, clusterv1.ClusterControlPlaneInitializedCondition); c == nil || c.Status != metav1.ConditionTrue {
+		return stageFalse(WaitingForControlPlaneReason, "Cluster API does not report the control plane of Cluster %s initialized yet%s", o.cluster.Name, detail(c))
+	}
 	if o.kubeconfigSecret == "" {
 		return stageFalse(WaitingForKubeconfigReason, "TenantControlPlane %s names no admin kubeconfig Secret yet", o.tcp.Name)
 	}

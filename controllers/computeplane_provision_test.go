@@ -16,6 +16,9 @@ import (
 func TestProvisioningResult(t *testing.T) {
 	infraReady := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: clusterv1.ClusterStatus{
 		Conditions: []metav1.Condition{{Type: clusterv1.ClusterInfrastructureReadyCondition, Status: metav1.ConditionTrue}}}}
+	initialized := infraReady.DeepCopy()
+	initialized.Status.Conditions = append(initialized.Status.Conditions,
+		metav1.Condition{Type: clusterv1.ClusterControlPlaneInitializedCondition, Status: metav1.ConditionTrue})
 	infraWaiting := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: clusterv1.ClusterStatus{
 		Conditions: []metav1.Condition{{Type: clusterv1.ClusterInfrastructureReadyCondition, Status: metav1.ConditionFalse, Message: "VMs pending"}}}}
 	tcp := func(st kamajiv1alpha1.KubernetesVersionStatus, secret string) *kamajiv1alpha1.TenantControlPlane {
@@ -49,14 +52,16 @@ func TestProvisioningResult(t *testing.T) {
 		{"no tenant control plane", providerObservation{cluster: infraReady}, "False", WaitingForControlPlaneReason, "has not created"},
 		{"control plane upgrading", providerObservation{cluster: infraReady, tcp: tcp(kamajiv1alpha1.VersionUpgrading, "")},
 			"False", WaitingForControlPlaneReason, "is Upgrading"},
-		{"no secret name", providerObservation{cluster: infraReady, tcp: tcp(kamajiv1alpha1.VersionReady, "")},
+		{"Cluster API has not seen the control plane", providerObservation{cluster: infraReady, tcp: tcp(kamajiv1alpha1.VersionReady, "s")},
+			"False", WaitingForControlPlaneReason, "does not report the control plane of Cluster p initialized"},
+		{"no secret name", providerObservation{cluster: initialized, tcp: tcp(kamajiv1alpha1.VersionReady, "")},
 			"False", WaitingForKubeconfigReason, "names no admin kubeconfig"},
-		{"secret unusable", providerObservation{cluster: infraReady, tcp: tcp(kamajiv1alpha1.VersionReady, "s"), kubeconfigSecret: "s", kubeconfigErr: "has no key super-admin.svc"},
+		{"secret unusable", providerObservation{cluster: initialized, tcp: tcp(kamajiv1alpha1.VersionReady, "s"), kubeconfigSecret: "s", kubeconfigErr: "has no key super-admin.svc"},
 			"False", WaitingForKubeconfigReason, "admin kubeconfig Secret s has no key super-admin.svc"},
-		{"up, scale-from-zero group does not block", providerObservation{cluster: infraReady, tcp: tcp(kamajiv1alpha1.VersionReady, "s"), kubeconfigSecret: "s",
+		{"up, scale-from-zero group does not block", providerObservation{cluster: initialized, tcp: tcp(kamajiv1alpha1.VersionReady, "s"), kubeconfigSecret: "s",
 			machineDeploys: []clusterv1.MachineDeployment{md("workers", ptr.To[int32](2), ptr.To[int32](3)), md("gpu", nil, nil)}},
 			"True", cpv1.SucceededReason, "node groups: workers 2 available (of 3), gpu 0 available (of 0); no add-ons"},
-		{"add-on readiness is reported", providerObservation{cluster: infraReady, tcp: tcp(kamajiv1alpha1.VersionReady, "s"), kubeconfigSecret: "s",
+		{"add-on readiness is reported", providerObservation{cluster: initialized, tcp: tcp(kamajiv1alpha1.VersionReady, "s"), kubeconfigSecret: "s",
 			addons: []helmv2.HelmRelease{addon("cilium", metav1.ConditionTrue, ""), addon("ingress", metav1.ConditionFalse, "install retries exhausted")}},
 			"True", cpv1.SucceededReason, "add-ons: cilium ready, ingress not ready: install retries exhausted"},
 	}

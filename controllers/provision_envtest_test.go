@@ -191,6 +191,10 @@ func TestProvisioningReadinessWalk(t *testing.T) {
 	if err := k8s.Status().Update(ctx, tcp); err != nil {
 		t.Fatal(err)
 	}
+	provisioned(metav1.ConditionFalse, controllers.WaitingForControlPlaneReason, "does not report the control plane of Cluster plane initialized")
+
+	// Kamaji's CAPI provider marks the control plane initialized; CAPI mirrors it.
+	setClusterCondition(ctx, t, cluster, clusterv1.ClusterControlPlaneInitializedCondition, metav1.ConditionTrue, "Initialized", "")
 	provisioned(metav1.ConditionFalse, controllers.WaitingForKubeconfigReason, "names no admin kubeconfig Secret")
 
 	tcp.Status.KubeConfig.Admin.SecretName = "plane-admin-kubeconfig"
