@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
@@ -72,4 +73,32 @@ func tenantNamespace(t *testing.T, ctx context.Context) string {
 		t.Fatal(err)
 	}
 	return ns.Name
+}
+
+// planeWithClass creates the class, a tenant namespace and a plane "plane" of that class
+// in it.
+func planeWithClass(t *testing.T, ctx context.Context, class *cpv1.ComputePlaneClass, opts ...planeOpt) *cpv1.ComputePlane {
+	t.Helper()
+	if err := k8s.Create(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	p := newPlane(tenantNamespace(t, ctx), "plane", class.Name, opts...)
+	if err := k8s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// requestReconcile sets the reconcile.fluxcd.io/requestedAt annotation, as a person would
+// with kubectl annotate.
+func requestReconcile(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, stamp string) {
+	t.Helper()
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(p.DeepCopy())
+	metav1.SetMetaDataAnnotation(&p.ObjectMeta, "reconcile.fluxcd.io/requestedAt", stamp)
+	if err := k8s.Patch(ctx, p, patch); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -123,11 +123,7 @@ func TestReconcileRequestAnnotation(t *testing.T) {
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ValidCondition, metav1.ConditionFalse, cpv1.ClassNotFoundReason))
 
 	for _, stamp := range []string{"1764672000", "1764672001"} {
-		patch := client.MergeFrom(p.DeepCopy())
-		metav1.SetMetaDataAnnotation(&p.ObjectMeta, "reconcile.fluxcd.io/requestedAt", stamp)
-		if err := k8s.Patch(ctx, p, patch); err != nil {
-			t.Fatal(err)
-		}
+		requestReconcile(t, ctx, p, stamp)
 		eventually(t, settle, func() error {
 			got := &cpv1.ComputePlane{}
 			if err := k8s.Get(ctx, key, got); err != nil {
@@ -179,15 +175,7 @@ func TestFinalizerAddedAndReleased(t *testing.T) {
 func TestSteadyReconcileMakesNoWrites(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ns := tenantNamespace(t, ctx)
-	class := newClass("quiet-" + rand.String(6))
-	if err := k8s.Create(ctx, class); err != nil {
-		t.Fatal(err)
-	}
-	p := newPlane(ns, "plane", class.Name, withGroup("workers", medium))
-	if err := k8s.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	p := planeWithClass(t, ctx, newClass("quiet-"+rand.String(6)), withGroup("workers", medium))
 	key := client.ObjectKeyFromObject(p)
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
 
@@ -246,11 +234,7 @@ func TestSteadyReconcileMakesNoWrites(t *testing.T) {
 	}
 
 	// Control: the same client does count a reconcile that has something to change.
-	patch := client.MergeFrom(p.DeepCopy())
-	metav1.SetMetaDataAnnotation(&p.ObjectMeta, "reconcile.fluxcd.io/requestedAt", "now")
-	if err := k8s.Patch(ctx, p, patch); err != nil {
-		t.Fatal(err)
-	}
+	requestReconcile(t, ctx, p, "now")
 	_, _ = r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 	if writes.Load() == 0 {
 		t.Error("the counting client saw no write for a reconcile request; the no-write check above proves nothing")

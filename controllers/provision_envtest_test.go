@@ -133,14 +133,8 @@ func TestProvisioningReadinessWalk(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	class := newClass("walk-" + rand.String(6))
-	if err := k8s.Create(ctx, class); err != nil {
-		t.Fatal(err)
-	}
-	ns := tenantNamespace(t, ctx)
-	p := newPlane(ns, "plane", class.Name, withGroup("workers", medium))
-	if err := k8s.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	p := planeWithClass(t, ctx, class, withGroup("workers", medium))
+	ns := p.Namespace
 	key := client.ObjectKeyFromObject(p)
 	infra := "cp-" + ns
 	provisioned := func(status metav1.ConditionStatus, reason, inMessage string) {
@@ -299,14 +293,8 @@ func TestNodeGroupUpdates(t *testing.T) {
 	class := newClass("roll-"+rand.String(6), func(c *cpv1.ComputePlaneClass) {
 		c.Spec.NodeGroups.InstanceTypes = []string{"u1.medium", "u1.large", "u1.xlarge"}
 	})
-	if err := k8s.Create(ctx, class); err != nil {
-		t.Fatal(err)
-	}
-	ns := tenantNamespace(t, ctx)
-	p := newPlane(ns, "plane", class.Name, withGroup("workers", medium), withGroup("extra", medium))
-	if err := k8s.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	p := planeWithClass(t, ctx, class, withGroup("workers", medium), withGroup("extra", medium))
+	ns := p.Namespace
 	infra := "cp-" + ns
 	md := &clusterv1.MachineDeployment{}
 	mdKey := client.ObjectKey{Namespace: infra, Name: "plane-workers"}
@@ -387,14 +375,7 @@ func TestNodeGroupUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Nothing about the plane changed, so ask for a reconcile the Flux way.
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(p.DeepCopy())
-	metav1.SetMetaDataAnnotation(&p.ObjectMeta, "reconcile.fluxcd.io/requestedAt", "after-machineset")
-	if err := k8s.Patch(ctx, p, patch); err != nil {
-		t.Fatal(err)
-	}
+	requestReconcile(t, ctx, p, "after-machineset")
 	eventually(t, settle, func() error {
 		if templateNames()[first] {
 			return errors.New("the first template outlived its last MachineSet")
@@ -406,7 +387,7 @@ func TestNodeGroupUpdates(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
 		t.Fatal(err)
 	}
-	patch = client.MergeFrom(p.DeepCopy())
+	patch := client.MergeFrom(p.DeepCopy())
 	delete(p.Spec.NodeGroups, "extra")
 	if err := k8s.Patch(ctx, p, patch); err != nil {
 		t.Fatal(err)
@@ -426,14 +407,8 @@ func TestDeletionWaitsForClusterAPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	class := newClass("teardown-" + rand.String(6))
-	if err := k8s.Create(ctx, class); err != nil {
-		t.Fatal(err)
-	}
-	ns := tenantNamespace(t, ctx)
-	p := newPlane(ns, "plane", class.Name, withGroup("workers", medium))
-	if err := k8s.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	p := planeWithClass(t, ctx, class, withGroup("workers", medium))
+	ns := p.Namespace
 	key := client.ObjectKeyFromObject(p)
 	infra := "cp-" + ns
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
@@ -504,14 +479,8 @@ func TestTenantNamespacePlacement(t *testing.T) {
 	class := newClass("inplace-"+rand.String(6), func(c *cpv1.ComputePlaneClass) {
 		c.Spec.Infrastructure.Placement = cpv1.TenantNamespace
 	})
-	if err := k8s.Create(ctx, class); err != nil {
-		t.Fatal(err)
-	}
-	ns := tenantNamespace(t, ctx)
-	p := newPlane(ns, "plane", class.Name, withGroup("workers", medium))
-	if err := k8s.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	p := planeWithClass(t, ctx, class, withGroup("workers", medium))
+	ns := p.Namespace
 	key := client.ObjectKeyFromObject(p)
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
 	cluster := &clusterv1.Cluster{}
