@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/remote"
 )
 
 // FieldOwner is the server-side apply field manager of everything this reconciler writes.
@@ -45,6 +46,8 @@ type ComputePlaneReconciler struct {
 	// RequeueInterval is how long a plane waiting on something that sends no event waits
 	// before it looks again (jittered by up to 20%).
 	RequeueInterval time.Duration
+	// Planes holds the connections to the planes' own API servers.
+	Planes *remote.ClusterCache
 }
 
 // SetupOptions are the manager flags that shape the controller.
@@ -114,7 +117,7 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	s := &scope{plane: plane, results: map[string]stageResult{}}
 	before := plane.Status.DeepCopy()
 	defer func() {
-		if err := r.patchStatus(ctx, s, before, result, retErr); err != nil {
+		if err := r.patchStatus(ctx, s, before, retErr); err != nil {
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
 	}()
@@ -143,7 +146,7 @@ func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) 
 		}
 		result = lowestRequeue(result, res)
 		if t, blocked := s.blocked(); blocked {
-			if t.terminal {
+			if t.invalidSpec {
 				// Not retried: a change to the plane or its class starts a new reconcile.
 				return ctrl.Result{}, reconcile.TerminalError(errors.New(t.message))
 			}
@@ -175,6 +178,12 @@ type scope struct {
 	released bool
 	// deleting says which teardown stage the plane waits on.
 	deleting string
+	// waiting is set by a phase that polls for something that sends no event; the
+	// reconcile then has not finished with this generation.
+	waiting bool
+	// adminKubeconfig is the plane's admin credential, once provisioning verified it.
+	// It never leaves the operator's memory.
+	adminKubeconfig []byte
 }
 
 func (s *scope) observe(condition string, r stageResult) {

@@ -60,6 +60,7 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s.released = true
+	r.Planes.Remove(client.ObjectKeyFromObject(p))
 	return ctrl.Result{}, nil
 }
 

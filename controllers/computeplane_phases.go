@@ -23,7 +23,7 @@ func (r *ComputePlaneReconciler) reconcileValid(ctx context.Context, s *scope) (
 		return ctrl.Result{}, err
 	}
 	if first := oldestPlane(planes.Items); first != nil && first.Name != p.Name {
-		s.observe(cpv1.ValidCondition, stageTerminal(cpv1.DuplicateReason,
+		s.observe(cpv1.ValidCondition, stageInvalid(cpv1.DuplicateReason,
 			"ComputePlane %q already serves namespace %q; at most one ComputePlane per namespace is allowed, delete this one",
 			first.Name, p.Namespace))
 		return ctrl.Result{}, nil
@@ -43,20 +43,12 @@ func (r *ComputePlaneReconciler) reconcileValid(ctx context.Context, s *scope) (
 	s.class = class
 
 	if errs := checkAgainstClass(&p.Spec, &class.Spec); len(errs) > 0 {
-		s.observe(cpv1.ValidCondition, stageTerminal(cpv1.SpecExceedsClassReason,
+		s.observe(cpv1.ValidCondition, stageInvalid(cpv1.SpecExceedsClassReason,
 			"%s (class %q); change the spec or ask for a class that allows it", errs.ToAggregate().Error(), class.Name))
 		return ctrl.Result{}, nil
 	}
 	s.observe(cpv1.ValidCondition, stageTrue(cpv1.SucceededReason,
 		fmt.Sprintf("The spec fits class %q", class.Name)))
-	return ctrl.Result{}, nil
-}
-
-// reconcileHardening will harden the plane through its admin kubeconfig (Pod Security,
-// admission policies, egress), read the result back and watch for drift.
-func (r *ComputePlaneReconciler) reconcileHardening(_ context.Context, s *scope) (ctrl.Result, error) {
-	s.observe(cpv1.PodSecurityCondition, stageTerminal(cpv1.NotImplementedReason,
-		"this operator build does not harden planes yet, so it never opens placement; upgrade the operator to a release that does"))
 	return ctrl.Result{}, nil
 }
 

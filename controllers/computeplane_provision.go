@@ -24,6 +24,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/remote"
 )
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;patch;delete
@@ -63,12 +64,12 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 	}
 	graph, err := render.Plane(p, class, before.workerVersion(class.Spec.KubernetesVersion))
 	if err != nil {
-		s.observe(cpv1.ProvisionedCondition, stageTerminal(RenderFailedReason, "%v; fix the spec", err))
+		s.observe(cpv1.ProvisionedCondition, stageInvalid(RenderFailedReason, "%v; fix the spec", err))
 		return ctrl.Result{}, nil
 	}
 
 	if graph.Namespace != nil {
-		if _, err := applyIfChanged(ctx, r.Client, graph.Namespace); err != nil {
+		if _, err := remote.ApplyIfChanged(ctx, r.Client, graph.Namespace, FieldOwner); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -80,7 +81,7 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 				return ctrl.Result{}, err
 			}
 		}
-		if _, err := applyIfChanged(ctx, r.Client, obj); err != nil {
+		if _, err := remote.ApplyIfChanged(ctx, r.Client, obj, FieldOwner); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -102,8 +103,10 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 	if res.status != metav1.ConditionTrue && res.reason == WaitingForKubeconfigReason {
 		// Kamaji writes the Secret before it updates its status, and Secrets are not
 		// watched (the operator never caches Secrets cluster-wide): look again soon.
+		s.waiting = true
 		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
+	s.adminKubeconfig = obs.kubeconfig
 	return ctrl.Result{}, nil
 }
 
@@ -113,6 +116,7 @@ type providerObservation struct {
 	tcp              *kamajiv1alpha1.TenantControlPlane
 	kubeconfigSecret string
 	kubeconfigErr    string
+	kubeconfig       []byte
 	machineDeploys   []clusterv1.MachineDeployment
 	addons           []helmv2.HelmRelease
 }
@@ -158,7 +162,8 @@ func (r *ComputePlaneReconciler) observeProviders(ctx context.Context, s *scope,
 		case err != nil:
 			return nil, err
 		default:
-			obs.kubeconfigErr = checkKubeconfig(secret.Data[render.AdminKubeconfigKey])
+			obs.kubeconfig = secret.Data[render.AdminKubeconfigKey]
+			obs.kubeconfigErr = checkKubeconfig(obs.kubeconfig)
 		}
 	}
 	return obs, nil

@@ -18,6 +18,9 @@ type stageResult struct {
 	// terminal marks a result no retry can change: the plane is Stalled until its spec
 	// (or its class, or the operator) changes.
 	terminal bool
+	// invalidSpec marks a terminal result caused by the spec itself: the reconcile ends
+	// with a terminal error, so it is neither retried nor continued.
+	invalidSpec bool
 }
 
 func stageTrue(reason, message string) stageResult {
@@ -31,6 +34,12 @@ func stageFalse(reason, format string, args ...any) stageResult {
 func stageTerminal(reason, format string, args ...any) stageResult {
 	r := stageFalse(reason, format, args...)
 	r.terminal = true
+	return r
+}
+
+func stageInvalid(reason, format string, args ...any) stageResult {
+	r := stageTerminal(reason, format, args...)
+	r.invalidSpec = true
 	return r
 }
 

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -28,7 +27,7 @@ var ownedConditions = append([]string{cpv1.ReadyCondition, cpv1.ReconcilingCondi
 // summary conditions, moves observedGeneration only when the reconcile ended (cleanly or
 // terminally, not while waiting), echoes the reconcile request, emits an event per
 // condition transition, and applies the owned fields only when they changed.
-func (r *ComputePlaneReconciler) patchStatus(ctx context.Context, s *scope, before *cpv1.ComputePlaneStatus, result ctrl.Result, retErr error) error {
+func (r *ComputePlaneReconciler) patchStatus(ctx context.Context, s *scope, before *cpv1.ComputePlaneStatus, retErr error) error {
 	if s.released {
 		return nil
 	}
@@ -37,7 +36,7 @@ func (r *ComputePlaneReconciler) patchStatus(ctx context.Context, s *scope, befo
 	summarize(&p.Status.Conditions, p.Generation, s.results, deleting, s.deleting)
 
 	terminal := retErr != nil && errors.Is(retErr, reconcile.TerminalError(nil))
-	if (retErr == nil && result.RequeueAfter == 0) || terminal {
+	if (retErr == nil && !s.waiting) || terminal {
 		p.Status.ObservedGeneration = p.Generation
 	}
 	if v, ok := meta.ReconcileAnnotationValue(p.GetAnnotations()); ok {

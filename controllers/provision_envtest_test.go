@@ -222,9 +222,10 @@ current-context: admin@plane
 	if got.Status.Endpoint != "10.96.0.10:6443" || got.Status.Version != "v1.33.4" {
 		t.Errorf("endpoint/version = %q/%q", got.Status.Endpoint, got.Status.Version)
 	}
-	// Hardening is the next stage; Ready stays False.
-	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionFalse, cpv1.NotImplementedReason))
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionFalse, cpv1.NotImplementedReason))
+	// Hardening is next; a token kubeconfig does not tell the operator its own identity
+	// in the plane, so it fails closed.
+	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionFalse, controllers.KubeconfigUnusableReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionFalse, controllers.KubeconfigUnusableReason))
 
 	// Upgrade: the control plane moves first; workers wait until Kamaji reports it Ready.
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(class), class); err != nil {

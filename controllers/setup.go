@@ -5,6 +5,8 @@ import (
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/cozystack/computeplane/remote"
 )
 
 // Options configure the controllers the manager runs.
@@ -15,6 +17,11 @@ type Options struct {
 	RequeueInterval time.Duration
 	// Webhooks registers the admission webhooks (off only for local runs without TLS).
 	Webhooks bool
+	// PlaneTimeout bounds every request to a plane's API server.
+	PlaneTimeout time.Duration
+	// PlaneUnreachableGrace is how long a plane may not answer before its conditions
+	// say so (a blip does not close the gate visibly; it never opens it either).
+	PlaneUnreachableGrace time.Duration
 }
 
 // Setup registers every controller and webhook with the manager.
@@ -24,6 +31,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		APIReader:       mgr.GetAPIReader(),
 		Events:          mgr.GetEventRecorder("computeplane-controller"),
 		RequeueInterval: o.RequeueInterval,
+		Planes: &remote.ClusterCache{
+			Scheme:        mgr.GetScheme(),
+			Timeout:       o.PlaneTimeout,
+			ProbeInterval: o.PlaneTimeout,
+			Grace:         o.PlaneUnreachableGrace,
+		},
 	}
 	if err := r.SetupWithManager(ctx, mgr, o.Setup); err != nil {
 		return err

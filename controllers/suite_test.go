@@ -67,9 +67,11 @@ func runSuite(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
-		Setup:           controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 2}, ReconcileRequests: true},
-		RequeueInterval: 2 * time.Second,
-		Webhooks:        true,
+		Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 2}, ReconcileRequests: true},
+		RequeueInterval:       2 * time.Second,
+		PlaneTimeout:          2 * time.Second,
+		PlaneUnreachableGrace: 1 * time.Second,
+		Webhooks:              true,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

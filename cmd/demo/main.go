@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -80,9 +81,11 @@ func run(ctx context.Context, stay bool) error {
 		return err
 	}
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
-		Setup:           controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
-		RequeueInterval: 5 * time.Second,
-		Webhooks:        true,
+		Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
+		RequeueInterval:       5 * time.Second,
+		PlaneTimeout:          5 * time.Second,
+		PlaneUnreachableGrace: 10 * time.Second,
+		Webhooks:              true,
 	}); err != nil {
 		return err
 	}
@@ -142,6 +145,15 @@ func run(ctx context.Context, stay bool) error {
 	_ = kubectl("get", "computeplane", "-n", "tenant-demo", "demo", "-o",
 		`jsonpath={range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.message}{"\n"}{end}`)
 
+	step("Inside the plane (through its admin kubeconfig, which only the operator uses): hardened namespaces, and a privileged pod refused by the plane's own apiserver")
+	planeKubeconfig, err := adminKubeconfig(ctx, mgmt.Client, filepath.Dir(kubeconfig))
+	if err != nil {
+		return err
+	}
+	_ = kubectl("--kubeconfig", planeKubeconfig, "get", "namespaces", "-L", "pod-security.kubernetes.io/enforce")
+	_ = kubectl("--kubeconfig", planeKubeconfig, "run", "escape", "-n", "notebooks", "--image=busybox", "--dry-run=server",
+		`--overrides={"spec":{"containers":[{"name":"escape","image":"busybox","securityContext":{"privileged":true}}]}}`)
+
 	step("The API documents itself")
 	_ = kubectl("explain", "computeplane.spec.nodeGroups")
 
@@ -188,6 +200,17 @@ func watchProvisioning(ctx context.Context, c client.Client, key client.ObjectKe
 		}
 		return cond.Status == "True", nil
 	})
+}
+
+// adminKubeconfig copies the plane's admin kubeconfig (Kamaji's Secret in the
+// infrastructure namespace) to a file for the walkthrough.
+func adminKubeconfig(ctx context.Context, c client.Client, dir string) (string, error) {
+	secret := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "cp-tenant-demo", Name: "demo-admin-kubeconfig"}, secret); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "plane-admin")
+	return path, os.WriteFile(path, secret.Data["super-admin.svc"], 0o600)
 }
 
 func writeKubeconfig(mgmt *testenv.Cluster) (string, func(), error) {

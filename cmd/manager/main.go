@@ -25,6 +25,7 @@ func main() {
 		leaderElect, webhooks, reconcileRequests  bool
 		concurrent, webhookPort                   int
 		requeue, minRetry, maxRetry               time.Duration
+		planeTimeout, planeGrace                  time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
@@ -34,6 +35,8 @@ func main() {
 	flag.DurationVar(&requeue, "requeue-interval", 30*time.Second, "How often a plane waiting on something that sends no event looks again (jittered).")
 	flag.DurationVar(&minRetry, "min-retry-delay", 750*time.Millisecond, "First backoff after a transient error.")
 	flag.DurationVar(&maxRetry, "max-retry-delay", 15*time.Minute, "Longest backoff after repeated transient errors.")
+	flag.DurationVar(&planeTimeout, "plane-timeout", 10*time.Second, "Timeout of every request to a plane's API server (and how long a successful health probe is trusted).")
+	flag.DurationVar(&planeGrace, "plane-unreachable-grace", 30*time.Second, "How long a plane's API server may not answer before its conditions say PlaneUnreachable.")
 	flag.BoolVar(&reconcileRequests, "reconcile-requests", true,
 		"Reconcile when the reconcile.fluxcd.io/requestedAt annotation changes, and echo it in status.lastHandledReconcileAt.")
 	flag.BoolVar(&webhooks, "enable-webhooks", true, "Serve the admission webhooks (needs a serving certificate).")
@@ -70,8 +73,10 @@ func main() {
 			},
 			ReconcileRequests: reconcileRequests,
 		},
-		RequeueInterval: requeue,
-		Webhooks:        webhooks,
+		RequeueInterval:       requeue,
+		Webhooks:              webhooks,
+		PlaneTimeout:          planeTimeout,
+		PlaneUnreachableGrace: planeGrace,
 	}); err != nil {
 		log.Error(err, "setting up the controllers")
 		os.Exit(1)

@@ -62,8 +62,10 @@ func BenchmarkReconcileToSettled(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
-		Setup:           controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
-		RequeueInterval: 30 * time.Second,
+		Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
+		RequeueInterval:       30 * time.Second,
+		PlaneTimeout:          10 * time.Second,
+		PlaneUnreachableGrace: 30 * time.Second,
 	}); err != nil {
 		b.Fatal(err)
 	}

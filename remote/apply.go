@@ -1,4 +1,7 @@
-package controllers
+// Package remote holds everything that talks to a ComputePlane's own API server: the
+// per-plane client cache with health probing, hardening, identities and drift
+// detection, and the server-side apply helper both clusters share.
+package remote
 
 import (
 	"context"
@@ -20,9 +23,10 @@ import (
 // metadata-only cache).
 const AppliedHashAnnotation = "computeplane.cozystack.io/applied-hash"
 
-// applyIfChanged server-side applies obj with the operator's field owner unless the live
-// object already carries the hash of this exact content. It reports whether it wrote.
-func applyIfChanged(ctx context.Context, c client.Client, obj client.Object) (bool, error) {
+// ApplyIfChanged server-side applies obj as fieldOwner unless the live object already
+// carries the hash of this exact content. It reports whether it wrote. It serves both the
+// management cluster and a plane's own API.
+func ApplyIfChanged(ctx context.Context, c client.Client, obj client.Object, fieldOwner string) (bool, error) {
 	u, err := toApplyObject(obj)
 	if err != nil {
 		return false, err
@@ -47,7 +51,7 @@ func applyIfChanged(ctx context.Context, c client.Client, obj client.Object) (bo
 	}
 	annotations[AppliedHashAnnotation] = hash
 	u.SetAnnotations(annotations)
-	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 		return false, fmt.Errorf("applying %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
 	return true, nil

@@ -1,0 +1,143 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/remote"
+)
+
+// HardeningFieldOwner is the field manager of what the operator applies inside a plane.
+const HardeningFieldOwner = "computeplane-hardening"
+
+// Reasons of the hardening conditions.
+const (
+	// PlaneUnreachableReason: the plane's API server has not answered for longer than
+	// the grace period; the gate stays closed.
+	PlaneUnreachableReason = "PlaneUnreachable"
+	// KubeconfigUnusableReason: the admin kubeconfig cannot be used (no client
+	// certificate, malformed).
+	KubeconfigUnusableReason = "KubeconfigUnusable"
+	// DriftedReason: something the operator applied was removed or changed; the message
+	// names it, and the operator restores it.
+	DriftedReason = "Drifted"
+	// NotVerifiedReason: the read-back after applying still found differences.
+	NotVerifiedReason = "NotVerified"
+)
+
+// reconcileHardening hardens the plane through its admin kubeconfig: admission policies,
+// placement namespaces with quota and limits, Pod Security labels on every namespace.
+// Each condition turns True only after reading the result back from the plane. A
+// verified plane found changed is reported Drifted first, then restored on the next pass,
+// so the gate visibly closes while the plane is not as the operator left it.
+func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scope) (ctrl.Result, error) {
+	key := client.ObjectKeyFromObject(s.plane)
+	plane, err := r.Planes.Get(ctx, key, s.adminKubeconfig)
+	var unreachable *remote.UnreachableError
+	switch {
+	case errors.As(err, &unreachable):
+		s.waiting = true
+		if !unreachable.Past {
+			// A blip: keep what the conditions said and look again shortly.
+			return ctrl.Result{RequeueAfter: r.jitter() / 4}, nil
+		}
+		s.observe(cpv1.PodSecurityCondition, stageFalse(PlaneUnreachableReason,
+			"%v; placement stays closed until it answers again", unreachable))
+		return ctrl.Result{RequeueAfter: r.jitter()}, nil
+	case err != nil:
+		s.observe(cpv1.PodSecurityCondition, stageFalse(KubeconfigUnusableReason, "%v", err))
+		s.waiting = true
+		return ctrl.Result{RequeueAfter: r.jitter()}, nil
+	}
+	posture := postureFor(s.plane, s.class, plane.Identity)
+
+	found, err := remote.Inspect(ctx, plane.Client, posture)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if verified(s.plane) && !found.Empty() {
+		r.Events.Eventf(s.plane, nil, corev1.EventTypeWarning, DriftedReason, "Drift",
+			"The plane drifted: %s", strings.Join(append(found.Admission, found.PodSecurity...), "; "))
+		observeFindings(s, found, DriftedReason, "drifted, restoring")
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	}
+
+	writes, err := remote.Harden(ctx, plane.Client, posture, HardeningFieldOwner)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if writes > 0 {
+		if found, err = remote.Inspect(ctx, plane.Client, posture); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	observeFindings(s, found, NotVerifiedReason, "not as applied on read-back")
+	if !found.Empty() {
+		s.waiting = true
+		return ctrl.Result{RequeueAfter: r.jitter()}, nil
+	}
+	s.observe(cpv1.EgressCondition, stageTerminal(cpv1.NotImplementedReason,
+		"this operator build does not apply the egress baseline yet, so it never opens placement; upgrade the operator to a release that does"))
+	// Until the plane's own objects are watched, look for drift periodically.
+	return ctrl.Result{RequeueAfter: r.jitter()}, nil
+}
+
+func observeFindings(s *scope, f remote.Findings, reason, what string) {
+	if len(f.PodSecurity) > 0 {
+		s.observe(cpv1.PodSecurityCondition, stageFalse(reason, "%s: %s", what, strings.Join(f.PodSecurity, "; ")))
+	} else {
+		level, version := s.class.Spec.PodSecurity.Level, s.class.Spec.PodSecurity.Version
+		s.observe(cpv1.PodSecurityCondition, stageTrue(cpv1.SucceededReason, fmt.Sprintf(
+			"Pod Security %s (%s) enforced and read back on every namespace but %v; placement namespaces %v ready",
+			level, version, s.class.Spec.PodSecurity.ExemptNamespaces, placementNamespaces(s.plane))))
+	}
+	if len(f.Admission) > 0 {
+		s.observe(cpv1.AdmissionCondition, stageFalse(reason, "%s: %s", what, strings.Join(f.Admission, "; ")))
+	} else {
+		s.observe(cpv1.AdmissionCondition, stageTrue(cpv1.SucceededReason, fmt.Sprintf(
+			"Admission policies %v and their bindings are in place", remote.PolicyNames())))
+	}
+}
+
+// verified reports whether both hardening conditions were True: a difference found now
+// is drift, not a first rollout.
+func verified(p *cpv1.ComputePlane) bool {
+	return apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.PodSecurityCondition) &&
+		apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.AdmissionCondition)
+}
+
+// placementNamespaces are the namespaces pre-created in the plane: the one named like
+// the ComputePlane's namespace (Flux impersonates the deployer there) and the extra ones
+// the spec lists.
+func placementNamespaces(p *cpv1.ComputePlane) []string {
+	out := []string{p.Namespace}
+	for _, n := range p.Spec.PlacementNamespaces {
+		if n != p.Namespace {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func postureFor(p *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, operator string) remote.Posture {
+	return remote.Posture{
+		Level:               string(class.Spec.PodSecurity.Level),
+		Version:             class.Spec.PodSecurity.Version,
+		Exempt:              class.Spec.PodSecurity.ExemptNamespaces,
+		Operator:            operator,
+		PlacementNamespaces: placementNamespaces(p),
+		Quota:               class.Spec.PlacementNamespaces.Quota,
+		LimitRange:          class.Spec.PlacementNamespaces.LimitRange,
+		Labels:              render.PlaneLabels(p),
+	}
+}

@@ -1,0 +1,265 @@
+package controllers_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/test/testenv"
+)
+
+// provideWithTenant plays Cluster API and Kamaji for a plane whose control plane is a
+// real second apiserver: conditions, TenantControlPlane status, admin kubeconfig Secret.
+func provideWithTenant(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, tenant *testenv.Cluster) {
+	t.Helper()
+	infra := "cp-" + p.Namespace
+	cluster := &clusterv1.Cluster{}
+	eventually(t, settle, func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: infra, Name: p.Name}, cluster)
+	})
+	setClusterCondition(ctx, t, cluster, clusterv1.ClusterInfrastructureReadyCondition, metav1.ConditionTrue, "Ready", "")
+	setClusterCondition(ctx, t, cluster, clusterv1.ClusterControlPlaneInitializedCondition, metav1.ConditionTrue, "Initialized", "")
+	secret, err := testenv.AdminKubeconfigSecret(tenant, infra, p.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	tcp := &kamajiv1alpha1.TenantControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: infra, Name: p.Name},
+		Spec: kamajiv1alpha1.TenantControlPlaneSpec{
+			ControlPlane: kamajiv1alpha1.ControlPlane{Service: kamajiv1alpha1.ServiceSpec{ServiceType: "ClusterIP"}},
+			Kubernetes:   kamajiv1alpha1.KubernetesSpec{Version: "v1.33.4", Kubelet: kamajiv1alpha1.KubeletSpec{CGroupFS: "systemd"}},
+		}}
+	if err := k8s.Create(ctx, tcp); err != nil {
+		t.Fatal(err)
+	}
+	tcp.Status.Kubernetes.Version = kamajiv1alpha1.KubernetesVersion{Version: "v1.33.4", Status: ptr.To(kamajiv1alpha1.VersionReady)}
+	tcp.Status.KubeConfig.Admin.SecretName = secret.Name
+	tcp.Status.ControlPlaneEndpoint = strings.TrimPrefix(tenant.Config.Host, "https://")
+	if err := k8s.Status().Update(ctx, tcp); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// asUser is a client to the tenant apiserver impersonating a non-operator user with full
+// RBAC (system:masters): only admission can stop it.
+func asUser(t *testing.T, tenant *testenv.Cluster, user string) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(tenant.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:masters"}}
+	c, err := client.New(cfg, client.Options{Scheme: k8s.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func denied(t *testing.T, err error, want string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("accepted; want it refused with %q", want)
+	} else if !strings.Contains(err.Error(), want) {
+		t.Errorf("refused with %q; want %q", err, want)
+	}
+}
+
+// eventuallyDenied retries a request until the plane refuses it as wanted: the
+// apiserver loads new admission policies a moment after they are created.
+func eventuallyDenied(t *testing.T, do func() error, want string) {
+	t.Helper()
+	eventually(t, settle, func() error {
+		err := do()
+		if err == nil {
+			return fmt.Errorf("accepted; want it refused with %q", want)
+		}
+		if !strings.Contains(err.Error(), want) {
+			return fmt.Errorf("refused with %q; want %q", err, want)
+		}
+		return nil
+	})
+}
+
+// TestHardeningOnARealPlane hardens a second, real apiserver through a Kamaji-shaped
+// admin kubeconfig and checks that the plane's own admission chain enforces it.
+func TestHardeningOnARealPlane(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tenant, err := testenv.StartTenant(k8s.Scheme())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Stop() })
+
+	class := newClass("hard-"+rand.String(6), func(c *cpv1.ComputePlaneClass) {
+		c.Spec.PlacementNamespaces.Quota = corev1.ResourceList{corev1.ResourcePods: resource.MustParse("20")}
+		c.Spec.PlacementNamespaces.LimitRange = []corev1.LimitRangeItem{{Type: corev1.LimitTypeContainer,
+			Default: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}}}
+	})
+	p := planeWithClass(t, ctx, class, withGroup("workers", medium), func(p *cpv1.ComputePlane) {
+		p.Spec.PlacementNamespaces = []string{"notebooks"}
+	})
+	key := client.ObjectKeyFromObject(p)
+	provideWithTenant(t, ctx, p, tenant)
+
+	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.AdmissionCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.EgressCondition, metav1.ConditionFalse, cpv1.NotImplementedReason))
+
+	tc := tenant.Client
+	for _, name := range []string{p.Namespace, "notebooks"} {
+		ns := &corev1.Namespace{}
+		if err := tc.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+			t.Fatalf("placement namespace %s not created in the plane: %v", name, err)
+		}
+		if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" || ns.Labels[cpv1.PlaneNameLabel] != "plane" {
+			t.Errorf("placement namespace %s labels = %v", name, ns.Labels)
+		}
+		if err := tc.Get(ctx, client.ObjectKey{Namespace: name, Name: "computeplane"}, &corev1.ResourceQuota{}); err != nil {
+			t.Errorf("no ResourceQuota in %s: %v", name, err)
+		}
+		if err := tc.Get(ctx, client.ObjectKey{Namespace: name, Name: "computeplane"}, &corev1.LimitRange{}); err != nil {
+			t.Errorf("no LimitRange in %s: %v", name, err)
+		}
+	}
+	for name, level := range map[string]string{"default": "restricted", "kube-system": "privileged"} {
+		ns := &corev1.Namespace{}
+		if err := tc.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+			t.Fatal(err)
+		}
+		if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != level {
+			t.Errorf("namespace %s enforce = %q, want %q", name, got, level)
+		}
+	}
+
+	// The plane's own apiserver refuses dangerous pods, even from its admin.
+	pod := func(name string, mut func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "notebooks", Name: name},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		mut(p)
+		return p
+	}
+	denied(t, tc.Create(ctx, pod("privileged", func(p *corev1.Pod) {
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+	})), "privileged")
+	denied(t, tc.Create(ctx, pod("hostpath", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+	})), "hostPath")
+
+	// A non-operator identity with full RBAC cannot relabel, expose or re-wire admission.
+	mallory := asUser(t, tenant, "mallory")
+	ns := &corev1.Namespace{}
+	if err := mallory.Get(ctx, client.ObjectKey{Name: "notebooks"}, ns); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyDenied(t, func() error {
+		relabel := ns.DeepCopy()
+		relabel.Labels["pod-security.kubernetes.io/enforce"] = "privileged"
+		return mallory.Patch(ctx, relabel, client.MergeFrom(ns), client.DryRunAll)
+	}, "owned by the operator")
+	eventuallyDenied(t, func() error {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "notebooks", Name: "exposed"},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 80}}}}
+		return mallory.Create(ctx, svc, client.DryRunAll)
+	}, "NodePort and LoadBalancer Services are not allowed")
+	eventuallyDenied(t, func() error {
+		hook := &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "sidecar-injector"},
+			Webhooks: []admissionv1.MutatingWebhook{{Name: "inject.example.com", SideEffects: ptr.To(admissionv1.SideEffectClassNone),
+				AdmissionReviewVersions: []string{"v1"},
+				ClientConfig:            admissionv1.WebhookClientConfig{URL: ptr.To("https://example.com/inject")}}}}
+		return mallory.Create(ctx, hook, client.DryRunAll)
+	}, "admission configuration of a ComputePlane is owned by the operator")
+
+	// A namespace created later gets labelled.
+	if err := tc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "late"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		late := &corev1.Namespace{}
+		if err := tc.Get(ctx, client.ObjectKey{Name: "late"}, late); err != nil {
+			return err
+		}
+		if late.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+			return fmt.Errorf("late namespace labels = %v", late.Labels)
+		}
+		return nil
+	})
+
+	// Drift: the operator's own credential deletes a policy; it is reported and restored.
+	vap := &admissionv1.ValidatingAdmissionPolicy{}
+	if err := tc.Get(ctx, client.ObjectKey{Name: "computeplane-pod-hardening"}, vap); err != nil {
+		t.Fatal(err)
+	}
+	oldUID := vap.UID
+	if err := tc.Delete(ctx, vap); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		if err := tc.Get(ctx, client.ObjectKey{Name: "computeplane-pod-hardening"}, vap); err != nil {
+			return err
+		}
+		if vap.UID == oldUID {
+			return errors.New("not recreated yet")
+		}
+		return nil
+	})
+	eventually(t, settle, func() error {
+		var evs eventsv1.EventList
+		if err := k8s.List(ctx, &evs, client.InNamespace(p.Namespace)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == controllers.DriftedReason && strings.Contains(e.Note, "computeplane-pod-hardening") {
+				return nil
+			}
+		}
+		return errors.New("no Drifted event naming the policy")
+	})
+	eventually(t, settle, conditionIs(ctx, key, cpv1.AdmissionCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+
+	// The admin kubeconfig is referenced only by the operator's own add-on releases, and
+	// no Secret holding it exists in the tenant namespace.
+	var secrets corev1.SecretList
+	if err := k8s.List(ctx, &secrets, client.InNamespace(p.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets.Items {
+		for _, v := range s.Data {
+			if _, err := clientcmd.Load(v); err == nil && strings.Contains(string(v), tenant.Config.Host) {
+				t.Errorf("Secret %s in the tenant namespace holds a kubeconfig for the plane", s.Name)
+			}
+		}
+	}
+
+	// The plane's apiserver goes away: the gate closes with a reason, after the grace.
+	if err := tenant.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionFalse, controllers.PlaneUnreachableReason))
+	got := &cpv1.ComputePlane{}
+	if err := k8s.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	if apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
+		t.Error("Ready is True while the plane is unreachable")
+	}
+}

@@ -1,0 +1,280 @@
+package remote
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Pod Security Admission label keys.
+const (
+	PSAEnforce        = "pod-security.kubernetes.io/enforce"
+	PSAEnforceVersion = "pod-security.kubernetes.io/enforce-version"
+	PSAAudit          = "pod-security.kubernetes.io/audit"
+	PSAAuditVersion   = "pod-security.kubernetes.io/audit-version"
+	PSAWarn           = "pod-security.kubernetes.io/warn"
+	PSAWarnVersion    = "pod-security.kubernetes.io/warn-version"
+
+	// PlacementLabel marks the namespaces the operator pre-created for placement.
+	PlacementLabel = "computeplane.cozystack.io/placement"
+	// ReasonAnnotation documents why a policy exists, on the policy itself.
+	ReasonAnnotation = "computeplane.cozystack.io/reason"
+	// policyPrefix names every admission policy and binding the operator owns.
+	policyPrefix = "computeplane-"
+)
+
+// Posture is what the operator enforces inside one plane, from its class and spec.
+type Posture struct {
+	// Level and Version of Pod Security enforced outside the exempt namespaces.
+	Level, Version string
+	// Exempt namespaces run system add-ons at the privileged level.
+	Exempt []string
+	// Operator is the user name of the operator's credential in the plane: the only
+	// identity allowed to change what the policies protect.
+	Operator string
+	// PlacementNamespaces are pre-created for placement releases.
+	PlacementNamespaces []string
+	// Quota and LimitRange of each placement namespace (empty: none).
+	Quota      corev1.ResourceList
+	LimitRange []corev1.LimitRangeItem
+	// Labels link operator-created objects to the ComputePlane.
+	Labels map[string]string
+}
+
+// NamespaceLabels are the Pod Security labels a namespace of the plane must carry.
+// Exempt namespaces are pinned to privileged explicitly (so relabelling them is as
+// visible, and as forbidden, as any other), still audited and warned at the class level.
+func (p Posture) NamespaceLabels(namespace string) map[string]string {
+	enforce := p.Level
+	if p.IsExempt(namespace) {
+		enforce = "privileged"
+	}
+	return map[string]string{
+		PSAEnforce: enforce, PSAEnforceVersion: p.Version,
+		PSAAudit: p.Level, PSAAuditVersion: p.Version,
+		PSAWarn: p.Level, PSAWarnVersion: p.Version,
+	}
+}
+
+// IsExempt reports whether a namespace is on the class's exemption list.
+func (p Posture) IsExempt(namespace string) bool {
+	for _, e := range p.Exempt {
+		if e == namespace {
+			return true
+		}
+	}
+	return false
+}
+
+// LabelledNamespace is the apply object that sets a namespace's Pod Security labels
+// (and nothing else: server-side apply leaves every other field to its owner).
+func (p Posture) LabelledNamespace(name string, extra map[string]string) *corev1.Namespace {
+	ns := &corev1.Namespace{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	ns.Name = name
+	ns.Labels = p.NamespaceLabels(name)
+	for k, v := range extra {
+		ns.Labels[k] = v
+	}
+	return ns
+}
+
+// PlacementObjects are the placement namespaces with their quota and limit range.
+func (p Posture) PlacementObjects() []client.Object {
+	names := append([]string(nil), p.PlacementNamespaces...)
+	sort.Strings(names)
+	var out []client.Object
+	for _, name := range names {
+		extra := map[string]string{PlacementLabel: "true"}
+		for k, v := range p.Labels {
+			extra[k] = v
+		}
+		out = append(out, p.LabelledNamespace(name, extra))
+		if len(p.Quota) > 0 {
+			q := &corev1.ResourceQuota{Spec: corev1.ResourceQuotaSpec{Hard: p.Quota}}
+			q.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ResourceQuota"))
+			q.Namespace, q.Name, q.Labels = name, "computeplane", p.Labels
+			out = append(out, q)
+		}
+		if len(p.LimitRange) > 0 {
+			l := &corev1.LimitRange{Spec: corev1.LimitRangeSpec{Limits: p.LimitRange}}
+			l.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("LimitRange"))
+			l.Namespace, l.Name, l.Labels = name, "computeplane", p.Labels
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Policies are the plane's ValidatingAdmissionPolicies and their bindings: native
+// admission, so there is no webhook server in the plane to keep alive.
+func (p Posture) Policies() []client.Object {
+	notOperator := admissionv1.MatchCondition{
+		Name: "not-the-operator",
+		// Service accounts of exempt (system) namespaces are trusted like the operator:
+		// the add-ons the operator installed there (cert-manager's CA injector, say)
+		// must keep working.
+		Expression: fmt.Sprintf("request.userInfo.username != %s && !(request.userInfo.username.startsWith('system:serviceaccount:') && request.userInfo.username.split(':')[2] in %s)",
+			quote(p.Operator), list(p.Exempt)),
+	}
+	notExempt := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: nonEmpty(p.Exempt),
+	}}}
+
+	psaKeys := list([]string{PSAEnforce, PSAEnforceVersion})
+	policies := []policy{
+		{
+			name:   "pod-security-labels",
+			reason: "Only the operator may set or change a namespace's Pod Security enforcement: relabelling a namespace privileged would undo the plane's hardening.",
+			rules:  rules([]string{""}, []string{"namespaces"}, admissionv1.Create, admissionv1.Update),
+			match:  []admissionv1.MatchCondition{notOperator},
+			validations: []admissionv1.Validation{
+				{
+					Expression: fmt.Sprintf("request.operation != 'UPDATE' || %s.all(k, !has(oldObject.metadata.labels) || !(k in oldObject.metadata.labels) || (has(object.metadata.labels) && k in object.metadata.labels && object.metadata.labels[k] == oldObject.metadata.labels[k]))", psaKeys),
+					Message:    "the Pod Security labels of a ComputePlane namespace are owned by the operator and cannot be removed or changed",
+				},
+				{
+					Expression: fmt.Sprintf("request.operation != 'CREATE' || !has(object.metadata.labels) || %s.all(k, !(k in object.metadata.labels))", psaKeys),
+					Message:    "Pod Security labels on new namespaces are set by the operator; create the namespace without them",
+				},
+			},
+		},
+		{
+			name:   "pod-hardening",
+			reason: "Host namespaces, hostPath volumes, privileged containers and added capabilities break the isolation untrusted code runs under; they are refused even in a namespace that lost its Pod Security label by mistake.",
+			rules:  rules([]string{""}, []string{"pods"}, admissionv1.Create, admissionv1.Update),
+			ns:     notExempt,
+			validations: []admissionv1.Validation{
+				{Expression: "!(has(object.spec.hostNetwork) && object.spec.hostNetwork) && !(has(object.spec.hostPID) && object.spec.hostPID) && !(has(object.spec.hostIPC) && object.spec.hostIPC)",
+					Message: "host namespaces (hostNetwork, hostPID, hostIPC) are not allowed in a ComputePlane"},
+				{Expression: "!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))",
+					Message: "hostPath volumes are not allowed in a ComputePlane"},
+				{Expression: containersAll("!has(c.securityContext) || !has(c.securityContext.privileged) || !c.securityContext.privileged"),
+					Message: "privileged containers are not allowed in a ComputePlane"},
+				{Expression: containersAll("!has(c.securityContext) || !has(c.securityContext.capabilities) || !has(c.securityContext.capabilities.add) || size(c.securityContext.capabilities.add) == 0"),
+					Message: "adding Linux capabilities is not allowed in a ComputePlane"},
+			},
+		},
+		{
+			name:   "service-exposure",
+			reason: "NodePort and LoadBalancer Services would expose tenant workloads outside the plane; only the operator's add-ons may create them.",
+			rules:  rules([]string{""}, []string{"services"}, admissionv1.Create, admissionv1.Update),
+			match:  []admissionv1.MatchCondition{notOperator},
+			validations: []admissionv1.Validation{{
+				Expression: "!has(object.spec.type) || !(object.spec.type in ['NodePort', 'LoadBalancer'])",
+				Message:    "NodePort and LoadBalancer Services are not allowed in a ComputePlane",
+			}},
+		},
+		{
+			name: "admission-guard",
+			// Kubernetes never runs admission policies on policies and bindings
+			// themselves (so nothing can lock the cluster out); a change to those is
+			// caught as drift and restored instead.
+			reason: "Admission webhooks decide what the plane accepts (and can rewrite it); only the operator may add, change or remove them.",
+			rules: rules([]string{"admissionregistration.k8s.io"}, []string{
+				"validatingwebhookconfigurations", "mutatingwebhookconfigurations",
+			}, admissionv1.Create, admissionv1.Update, admissionv1.Delete),
+			match: []admissionv1.MatchCondition{notOperator},
+			validations: []admissionv1.Validation{{
+				Expression: "false",
+				Message:    "admission configuration of a ComputePlane is owned by the operator",
+			}},
+		},
+	}
+	var out []client.Object
+	for _, pol := range policies {
+		out = append(out, pol.objects(p.Labels)...)
+	}
+	return out
+}
+
+// PolicyNames are the names of the operator's policies (and of their bindings).
+func PolicyNames() []string {
+	return []string{policyPrefix + "pod-security-labels", policyPrefix + "pod-hardening",
+		policyPrefix + "service-exposure", policyPrefix + "admission-guard"}
+}
+
+type policy struct {
+	name, reason string
+	rules        []admissionv1.NamedRuleWithOperations
+	ns           *metav1.LabelSelector
+	match        []admissionv1.MatchCondition
+	validations  []admissionv1.Validation
+}
+
+func (pol policy) objects(labels map[string]string) []client.Object {
+	name := policyPrefix + pol.name
+	vap := &admissionv1.ValidatingAdmissionPolicy{}
+	vap.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"))
+	vap.Name, vap.Labels = name, labels
+	vap.Annotations = map[string]string{ReasonAnnotation: pol.reason}
+	vap.Spec = admissionv1.ValidatingAdmissionPolicySpec{
+		FailurePolicy:    ptr.To(admissionv1.Fail),
+		MatchConstraints: &admissionv1.MatchResources{ResourceRules: pol.rules, NamespaceSelector: pol.ns},
+		MatchConditions:  pol.match,
+		Validations:      pol.validations,
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{}
+	binding.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding"))
+	binding.Name, binding.Labels = name, labels
+	binding.Spec = admissionv1.ValidatingAdmissionPolicyBindingSpec{
+		PolicyName:        name,
+		ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+	}
+	return []client.Object{vap, binding}
+}
+
+func rules(groups, resources []string, ops ...admissionv1.OperationType) []admissionv1.NamedRuleWithOperations {
+	return []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+		Operations: ops,
+		// Scope spelled out as the server defaults it, so read-back compares equal.
+		Rule: admissionv1.Rule{APIGroups: groups, APIVersions: []string{"*"}, Resources: resources, Scope: ptr.To(admissionv1.AllScopes)},
+	}}}
+}
+
+func containersAll(cond string) string {
+	parts := make([]string, 0, 3)
+	for _, field := range []string{"containers", "initContainers", "ephemeralContainers"} {
+		parts = append(parts, fmt.Sprintf("(!has(object.spec.%[1]s) || object.spec.%[1]s.all(c, %[2]s))", field, cond))
+	}
+	return strings.Join(parts, " && ")
+}
+
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "\\'") + "'" }
+
+func list(items []string) string {
+	q := make([]string, len(items))
+	for i, s := range items {
+		q[i] = quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// nonEmpty keeps a NotIn selector valid when nothing is exempt.
+func nonEmpty(items []string) []string {
+	if len(items) == 0 {
+		return []string{"-"}
+	}
+	return items
+}
+
+// The server fills an empty namespace selector in; treat it as none.
+func emptyToNil(s *metav1.LabelSelector) *metav1.LabelSelector {
+	if s != nil && len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0 {
+		return nil
+	}
+	return s
+}
+
+// A binding the operator applied selects everything the policy matches; a live binding
+// narrowed by someone else is drift.
+func emptySelector(m *admissionv1.MatchResources) bool {
+	return m == nil || (emptyToNil(m.NamespaceSelector) == nil && emptyToNil(m.ObjectSelector) == nil &&
+		len(m.ResourceRules) == 0 && len(m.ExcludeResourceRules) == 0)
+}

@@ -1,0 +1,86 @@
+package remote
+
+import (
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+func testPosture() Posture {
+	return Posture{
+		Level: "restricted", Version: "v1.33", Exempt: []string{"kube-system"}, Operator: "kubernetes-super-admin",
+		PlacementNamespaces: []string{"tenant-a", "notebooks"},
+		Quota:               corev1.ResourceList{corev1.ResourcePods: resource.MustParse("10")},
+		Labels:              map[string]string{"computeplane.cozystack.io/name": "p"},
+	}
+}
+
+func TestNamespaceLabels(t *testing.T) {
+	p := testPosture()
+	for ns, want := range map[string]string{"default": "restricted", "tenant-a": "restricted", "kube-system": "privileged"} {
+		l := p.NamespaceLabels(ns)
+		if l[PSAEnforce] != want || l[PSAEnforceVersion] != "v1.33" || l[PSAAudit] != "restricted" || l[PSAWarn] != "restricted" {
+			t.Errorf("%s: labels = %v, want enforce %s", ns, l, want)
+		}
+	}
+}
+
+func TestPlacementObjects(t *testing.T) {
+	objs := testPosture().PlacementObjects()
+	var got []string
+	for _, o := range objs {
+		got = append(got, o.GetObjectKind().GroupVersionKind().Kind+" "+o.GetNamespace()+"/"+o.GetName())
+	}
+	want := "Namespace /notebooks,ResourceQuota notebooks/computeplane,Namespace /tenant-a,ResourceQuota tenant-a/computeplane"
+	if strings.Join(got, ",") != want {
+		t.Errorf("objects = %v, want %s (no LimitRange when the class sets none)", got, want)
+	}
+	ns := objs[0].(*corev1.Namespace)
+	if ns.Labels[PlacementLabel] != "true" || ns.Labels["computeplane.cozystack.io/name"] != "p" || ns.Labels[PSAEnforce] != "restricted" {
+		t.Errorf("placement namespace labels = %v", ns.Labels)
+	}
+}
+
+func TestPolicies(t *testing.T) {
+	objs := testPosture().Policies()
+	if len(objs) != 2*len(PolicyNames()) {
+		t.Fatalf("%d objects for %d policies", len(objs), len(PolicyNames()))
+	}
+	for i, name := range PolicyNames() {
+		vap := objs[2*i].(*admissionv1.ValidatingAdmissionPolicy)
+		b := objs[2*i+1].(*admissionv1.ValidatingAdmissionPolicyBinding)
+		if vap.Name != name || b.Name != name || b.Spec.PolicyName != name {
+			t.Errorf("policy %d: %s / binding %s -> %s", i, vap.Name, b.Name, b.Spec.PolicyName)
+		}
+		if vap.Annotations[ReasonAnnotation] == "" {
+			t.Errorf("%s has no documented reason", name)
+		}
+		if len(b.Spec.ValidationActions) != 1 || b.Spec.ValidationActions[0] != admissionv1.Deny {
+			t.Errorf("%s binding actions = %v", name, b.Spec.ValidationActions)
+		}
+		for _, mc := range vap.Spec.MatchConditions {
+			if !strings.Contains(mc.Expression, "'kubernetes-super-admin'") || !strings.Contains(mc.Expression, "['kube-system']") {
+				t.Errorf("%s match condition does not exempt exactly the operator and exempt namespaces: %s", name, mc.Expression)
+			}
+		}
+	}
+	hardening := objs[2].(*admissionv1.ValidatingAdmissionPolicy)
+	if sel := hardening.Spec.MatchConstraints.NamespaceSelector; sel == nil || sel.MatchExpressions[0].Values[0] != "kube-system" {
+		t.Errorf("pod hardening does not skip the exempt namespaces: %+v", sel)
+	}
+	if len(hardening.Spec.MatchConditions) != 0 {
+		t.Error("pod hardening exempts an identity; it must hold for everyone, the operator included")
+	}
+}
+
+func TestQuoteEscapes(t *testing.T) {
+	if got := quote("it's"); got != `'it\'s'` {
+		t.Errorf("quote = %s", got)
+	}
+	if got := list(nil); got != "[]" {
+		t.Errorf("list(nil) = %s", got)
+	}
+}
