@@ -10,13 +10,17 @@ import (
 
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -24,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/remote"
@@ -48,6 +53,8 @@ type ComputePlaneReconciler struct {
 	RequeueInterval time.Duration
 	// Planes holds the connections to the planes' own API servers.
 	Planes *remote.ClusterCache
+
+	controller controller.Controller
 }
 
 // SetupOptions are the manager flags that shape the controller.
@@ -78,7 +85,7 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 	if opts.ReconcileRequests {
 		own = predicate.Or(own, reconcileRequestedPredicate{})
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	c, err := ctrl.NewControllerManagedBy(mgr).
 		For(&cpv1.ComputePlane{}, builder.WithPredicates(own)).
 		// A plane's class decides whether its spec is valid: re-check on every class change.
 		Watches(&cpv1.ComputePlaneClass{}, handler.EnqueueRequestsFromMapFunc(r.planesOfClass)).
@@ -96,7 +103,25 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		// Kamaji's CAPI provider creates the TenantControlPlane without our labels.
 		Watches(&kamajiv1alpha1.TenantControlPlane{}, handler.EnqueueRequestsFromMapFunc(r.planesOfInfraNamespace)).
 		WithOptions(opts.Options).
-		Complete(r)
+		Build(r)
+	if err != nil {
+		return err
+	}
+	r.controller = c
+	// Inside each plane, watch what the hardening owns: a namespace created or relabelled,
+	// a policy deleted, reconciles the plane at once.
+	r.Planes.OnConnect = func(key types.NamespacedName, pc cache.Cache) error {
+		toPlane := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []ctrl.Request {
+			return []ctrl.Request{{NamespacedName: key}}
+		})
+		for _, obj := range []client.Object{&corev1.Namespace{}, &admissionv1.ValidatingAdmissionPolicy{}, &admissionv1.ValidatingAdmissionPolicyBinding{}} {
+			if err := r.controller.Watch(source.Kind(pc, obj, toPlane)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return nil
 }
 
 // Reconcile runs the skeleton: fetch, finalizer, deferred status patch, phases.

@@ -65,7 +65,8 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if verified(s.plane) && !found.Empty() {
+	if (verified(s.plane) || r.Planes.WasVerified(key)) && !found.Empty() {
+		r.Planes.SetVerified(key, false)
 		r.Events.Eventf(s.plane, nil, corev1.EventTypeWarning, DriftedReason, "Drift",
 			"The plane drifted: %s", strings.Join(append(found.Admission, found.PodSecurity...), "; "))
 		observeFindings(s, found, DriftedReason, "drifted, restoring")
@@ -86,6 +87,7 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 		s.waiting = true
 		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
+	r.Planes.SetVerified(key, true)
 	s.observe(cpv1.EgressCondition, stageTerminal(cpv1.NotImplementedReason,
 		"this operator build does not apply the egress baseline yet, so it never opens placement; upgrade the operator to a release that does"))
 	// Until the plane's own objects are watched, look for drift periodically.
@@ -110,7 +112,8 @@ func observeFindings(s *scope, f remote.Findings, reason, what string) {
 }
 
 // verified reports whether both hardening conditions were True: a difference found now
-// is drift, not a first rollout.
+// is drift, not a first rollout. (The cache also remembers it, for when this status is
+// stale.)
 func verified(p *cpv1.ComputePlane) bool {
 	return apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.PodSecurityCondition) &&
 		apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.AdmissionCondition)

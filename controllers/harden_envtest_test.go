@@ -11,7 +11,6 @@ import (
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -205,11 +204,19 @@ func TestHardeningOnARealPlane(t *testing.T) {
 	})
 
 	// Drift: the operator's own credential deletes a policy; it is reported and restored.
+	// (First let the plane settle from the late namespace.)
+	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 	vap := &admissionv1.ValidatingAdmissionPolicy{}
 	if err := tc.Get(ctx, client.ObjectKey{Name: "computeplane-pod-hardening"}, vap); err != nil {
 		t.Fatal(err)
 	}
 	oldUID := vap.UID
+	settled := &cpv1.ComputePlane{}
+	if err := k8s.Get(ctx, key, settled); err != nil {
+		t.Fatal(err)
+	}
+	before := apimeta.FindStatusCondition(settled.Status.Conditions, cpv1.AdmissionCondition).LastTransitionTime
+	time.Sleep(time.Second) // transition times have a one-second resolution
 	if err := tc.Delete(ctx, vap); err != nil {
 		t.Fatal(err)
 	}
@@ -222,17 +229,17 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		}
 		return nil
 	})
+	// It went False (Drifted) and back: the condition's transition time moved.
 	eventually(t, settle, func() error {
-		var evs eventsv1.EventList
-		if err := k8s.List(ctx, &evs, client.InNamespace(p.Namespace)); err != nil {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, key, got); err != nil {
 			return err
 		}
-		for _, e := range evs.Items {
-			if e.Reason == controllers.DriftedReason && strings.Contains(e.Note, "computeplane-pod-hardening") {
-				return nil
-			}
+		c := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.AdmissionCondition)
+		if c.Status != metav1.ConditionTrue || !c.LastTransitionTime.After(before.Time) {
+			return fmt.Errorf("AdmissionPoliciesReady = %s since %s, want True again after the drift at %s", c.Status, c.LastTransitionTime, before)
 		}
-		return errors.New("no Drifted event naming the policy")
+		return nil
 	})
 	eventually(t, settle, conditionIs(ctx, key, cpv1.AdmissionCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -58,17 +59,48 @@ type ClusterCache struct {
 	ProbeInterval time.Duration
 	// Grace is how long a plane may fail before UnreachableError.Past is set.
 	Grace time.Duration
+	// OnConnect, when set, is called with a fresh informer cache of the plane each time
+	// the operator (re)connects to it, to register watches on the plane's own objects.
+	// The cache is stopped when the plane is removed, its kubeconfig rotates, or it stays
+	// unreachable past the grace period (and started again when it answers).
+	OnConnect func(key types.NamespacedName, c cache.Cache) error
 
 	mu      sync.Mutex
 	entries map[types.NamespacedName]*entry
+	// verified remembers the planes whose hardening was read back at least once, so a
+	// difference found later is drift, even when the status in the cache lags behind.
+	verified map[types.NamespacedName]bool
+}
+
+// SetVerified records whether the plane's hardening is, as far as the operator knows,
+// as it applied it: true after a successful read-back, false once drift was reported
+// (so the next pass restores instead of reporting it again).
+func (c *ClusterCache) SetVerified(key types.NamespacedName, v bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.verified == nil {
+		c.verified = map[types.NamespacedName]bool{}
+	}
+	c.verified[key] = v
+}
+
+// WasVerified reports what SetVerified last recorded for the plane.
+func (c *ClusterCache) WasVerified(key types.NamespacedName) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.verified[key]
 }
 
 type entry struct {
+	key          types.NamespacedName
 	hash         string
+	config       *rest.Config
 	plane        Plane
 	disco        discovery.DiscoveryInterface
 	probedAt     time.Time
 	failingSince time.Time
+	// stopWatches stops the plane's informer cache; nil while not watching.
+	stopWatches context.CancelFunc
 }
 
 // Get returns the plane's connection, building or rebuilding it as needed.
@@ -80,12 +112,15 @@ func (c *ClusterCache) Get(ctx context.Context, key types.NamespacedName, kubeco
 	e := c.entries[key]
 	c.mu.Unlock()
 	if e == nil || e.hash != hash {
-		built, err := c.build(kubeconfig, hash)
+		built, err := c.build(key, kubeconfig, hash)
 		if err != nil {
 			return nil, err
 		}
 		if e != nil {
 			built.failingSince = e.failingSince
+			c.mu.Lock()
+			e.stop()
+			c.mu.Unlock()
 		}
 		e = built
 		c.mu.Lock()
@@ -98,11 +133,52 @@ func (c *ClusterCache) Get(ctx context.Context, key types.NamespacedName, kubeco
 	return c.probe(e)
 }
 
-// Remove forgets a plane (it is being deleted).
+// Remove forgets a plane (it is being deleted) and stops watching it.
 func (c *ClusterCache) Remove(key types.NamespacedName) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil {
+		e.stop()
+	}
 	delete(c.entries, key)
+	delete(c.verified, key)
+}
+
+// Watching reports whether the plane's objects are being watched.
+func (c *ClusterCache) Watching(key types.NamespacedName) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[key]
+	return e != nil && e.stopWatches != nil
+}
+
+// stop stops the entry's informers; the caller holds c.mu.
+func (e *entry) stop() {
+	if e.stopWatches != nil {
+		e.stopWatches()
+		e.stopWatches = nil
+	}
+}
+
+// watch starts the plane's informer cache and lets OnConnect register its watches.
+func (c *ClusterCache) watch(e *entry) error {
+	if c.OnConnect == nil {
+		return nil
+	}
+	pc, err := cache.New(e.config, cache.Options{Scheme: c.Scheme})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = pc.Start(ctx) }()
+	if err := c.OnConnect(e.key, pc); err != nil {
+		cancel()
+		return err
+	}
+	c.mu.Lock()
+	e.stopWatches = cancel
+	c.mu.Unlock()
+	return nil
 }
 
 func (c *ClusterCache) probe(e *entry) (*Plane, error) {
@@ -114,20 +190,32 @@ func (c *ClusterCache) probe(e *entry) (*Plane, error) {
 	}
 	v, err := e.disco.ServerVersion()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if err != nil {
+		defer c.mu.Unlock()
 		e.probedAt = time.Time{}
 		if e.failingSince.IsZero() {
 			e.failingSince = time.Now()
 		}
-		return nil, &UnreachableError{Since: e.failingSince, Past: time.Since(e.failingSince) >= c.Grace, Err: err}
+		past := time.Since(e.failingSince) >= c.Grace
+		if past {
+			// Disconnect: informers retrying a dead plane only make noise.
+			e.stop()
+		}
+		return nil, &UnreachableError{Since: e.failingSince, Past: past, Err: err}
 	}
 	e.probedAt, e.failingSince = time.Now(), time.Time{}
 	e.plane.Version = v.GitVersion
+	watching := e.stopWatches != nil
+	c.mu.Unlock()
+	if !watching {
+		if err := c.watch(e); err != nil {
+			return nil, fmt.Errorf("watching the plane: %w", err)
+		}
+	}
 	return &e.plane, nil
 }
 
-func (c *ClusterCache) build(kubeconfig []byte, hash string) (*entry, error) {
+func (c *ClusterCache) build(key types.NamespacedName, kubeconfig []byte, hash string) (*entry, error) {
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("the admin kubeconfig is not usable: %w", err)
@@ -146,7 +234,7 @@ func (c *ClusterCache) build(kubeconfig []byte, hash string) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &entry{hash: hash, plane: Plane{Client: cl, Identity: identity}, disco: disco}, nil
+	return &entry{key: key, hash: hash, config: cfg, plane: Plane{Client: cl, Identity: identity}, disco: disco}, nil
 }
 
 // certificateUser is the user name a client certificate authenticates as (its CN).
