@@ -8,6 +8,7 @@ import (
 	"errors"
 	"time"
 
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -100,6 +101,7 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
 		Watches(&clusterv1.MachineDeployment{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
 		Watches(&helmv2.HelmRelease{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
+		Watches(&ciliumv2.CiliumNetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
 		// Kamaji's CAPI provider creates the TenantControlPlane without our labels.
 		Watches(&kamajiv1alpha1.TenantControlPlane{}, handler.EnqueueRequestsFromMapFunc(r.planesOfInfraNamespace)).
 		WithOptions(opts.Options).
@@ -162,6 +164,7 @@ func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) 
 		r.reconcileValid,
 		r.reconcileProvisioning,
 		r.reconcileHardening,
+		r.reconcileEgress,
 	}
 	var result ctrl.Result
 	for _, p := range phases {

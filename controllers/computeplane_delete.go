@@ -138,6 +138,8 @@ func (r *ComputePlaneReconciler) deleteLeftovers(ctx context.Context, s *scope) 
 		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtClusterKind + "List"},
 		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtTemplateKind + "List"},
 		bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplateList"),
+		// The egress baseline goes only now, once the VMs it confines are gone.
+		{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicyList"},
 	} {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(gvk)

@@ -88,9 +88,8 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
 	r.Planes.SetVerified(key, true)
-	s.observe(cpv1.EgressCondition, stageTerminal(cpv1.NotImplementedReason,
-		"this operator build does not apply the egress baseline yet, so it never opens placement; upgrade the operator to a release that does"))
-	// Until the plane's own objects are watched, look for drift periodically.
+	// The plane's objects are watched; this periodic look is a safety net for a missed
+	// event (a watch re-established after the plane was unreachable, say).
 	return ctrl.Result{RequeueAfter: r.jitter()}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -122,7 +123,33 @@ func TestHardeningOnARealPlane(t *testing.T) {
 
 	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 	eventually(t, settle, conditionIs(ctx, key, cpv1.AdmissionCondition, metav1.ConditionTrue, cpv1.SucceededReason))
-	eventually(t, settle, conditionIs(ctx, key, cpv1.EgressCondition, metav1.ConditionFalse, cpv1.NotImplementedReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.EgressCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+
+	// The egress baseline is in the infrastructure namespace, accepted by the real Cilium
+	// schema, and comes back when deleted.
+	cnp := &ciliumv2.CiliumNetworkPolicy{}
+	cnpKey := client.ObjectKey{Namespace: "cp-" + p.Namespace, Name: "computeplane-egress-baseline"}
+	if err := k8s.Get(ctx, cnpKey, cnp); err != nil {
+		t.Fatal(err)
+	}
+	if len(cnp.Spec.EgressDeny) != 1 || cnp.Spec.EgressDeny[0].ToEntities[0] != "kube-apiserver" {
+		t.Errorf("baseline egressDeny = %+v", cnp.Spec.EgressDeny)
+	}
+	cnpUID := cnp.UID
+	if err := k8s.Delete(ctx, cnp); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, cnpKey, cnp); err != nil {
+			return err
+		}
+		if cnp.UID == cnpUID {
+			return errors.New("baseline not recreated yet")
+		}
+		return nil
+	})
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 
 	tc := tenant.Client
 	for _, name := range []string{p.Namespace, "notebooks"} {

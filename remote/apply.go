@@ -35,7 +35,6 @@ func ApplyIfChanged(ctx context.Context, c client.Client, obj client.Object, fie
 	if err != nil {
 		return false, err
 	}
-
 	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(u.GroupVersionKind())
 	switch err := c.Get(ctx, client.ObjectKeyFromObject(u), live); {
@@ -55,6 +54,17 @@ func ApplyIfChanged(ctx context.Context, c client.Client, obj client.Object, fie
 		return false, fmt.Errorf("applying %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
 	return true, nil
+}
+
+// AppliedHash is the hash ApplyIfChanged records for obj: a live object carrying it in
+// AppliedHashAnnotation is exactly what the operator applied (unless someone edited it
+// and kept the annotation, which only an identity with write access to it can do).
+func AppliedHash(obj client.Object) (string, error) {
+	u, err := toApplyObject(obj)
+	if err != nil {
+		return "", err
+	}
+	return contentHash(u.Object)
 }
 
 // toApplyObject turns a typed or unstructured object into the unstructured form server-

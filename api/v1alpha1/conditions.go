@@ -32,14 +32,15 @@ const (
 )
 
 // GatingConditions are the stage conditions that make up Ready, in lifecycle order.
+// IdentitiesReady and NetworkPoliciesReady join when those stages are implemented; until
+// then nothing can be placed on a plane anyway (there is no applier credential to route
+// with), and a grant that is not applied only means less access.
 var GatingConditions = []string{
 	ValidCondition,
 	ProvisionedCondition,
 	PodSecurityCondition,
 	AdmissionCondition,
 	EgressCondition,
-	IdentitiesCondition,
-	NetworkPoliciesCondition,
 }
 
 // Reasons shared by several conditions.

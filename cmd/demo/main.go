@@ -141,7 +141,7 @@ func run(ctx context.Context, stay bool) error {
 	_ = kubectl("get", "computeplanes", "-A")
 	_ = kubectl("get", "-n", "cp-tenant-demo",
 		"clusters.cluster.x-k8s.io,kamajicontrolplanes,tenantcontrolplanes,kubevirtclusters,kubevirtmachinetemplates,machinedeployments,helmreleases")
-	_ = kubectl("wait", "--for=condition=Valid", "--timeout=10s", "-n", "tenant-demo", "computeplane/demo")
+	_ = kubectl("wait", "--for=condition=Ready", "--timeout=60s", "-n", "tenant-demo", "computeplane/demo")
 	_ = kubectl("get", "computeplane", "-n", "tenant-demo", "demo", "-o",
 		`jsonpath={range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.message}{"\n"}{end}`)
 
