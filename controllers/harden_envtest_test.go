@@ -10,6 +10,7 @@ import (
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -59,6 +60,24 @@ func provideWithTenant(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, 
 	if err := k8s.Status().Update(ctx, tcp); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// operatorClient talks to the plane with the admin kubeconfig the operator uses.
+func operatorClient(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) client.Client {
+	t.Helper()
+	secret := &corev1.Secret{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "cp-" + p.Namespace, Name: p.Name + "-admin-kubeconfig"}, secret); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data["super-admin.svc"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: k8s.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // asUser is a client to the tenant apiserver impersonating a non-operator user with full
@@ -152,6 +171,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 
 	tc := tenant.Client
+	operator := operatorClient(t, ctx, p)
 	for _, name := range []string{p.Namespace, "notebooks"} {
 		ns := &corev1.Namespace{}
 		if err := tc.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
@@ -230,6 +250,28 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		return nil
 	})
 
+	// Drift in a placement namespace: relabelled with the operator's own credential (the
+	// only one admission lets through), restored.
+	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+	nb := &corev1.Namespace{}
+	if err := tc.Get(ctx, client.ObjectKey{Name: "notebooks"}, nb); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(nb.DeepCopy())
+	nb.Labels["pod-security.kubernetes.io/enforce"] = "privileged"
+	if err := operator.Patch(ctx, nb, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		if err := tc.Get(ctx, client.ObjectKey{Name: "notebooks"}, nb); err != nil {
+			return err
+		}
+		if got := nb.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
+			return fmt.Errorf("placement namespace enforce = %q", got)
+		}
+		return nil
+	})
+
 	// Drift: the operator's own credential deletes a policy; it is reported and restored.
 	// (First let the plane settle from the late namespace.)
 	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionTrue, cpv1.SucceededReason))
@@ -284,6 +326,17 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		}
 	}
 
+	var hrs helmv2.HelmReleaseList
+	if err := k8s.List(ctx, &hrs); err != nil {
+		t.Fatal(err)
+	}
+	for _, hr := range hrs.Items {
+		if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil && kc.SecretRef.Name == p.Name+"-admin-kubeconfig" &&
+			(hr.Namespace != "cp-"+p.Namespace || hr.Labels["computeplane.cozystack.io/addon-role"] == "") {
+			t.Errorf("HelmRelease %s/%s references the admin kubeconfig but is not an operator add-on", hr.Namespace, hr.Name)
+		}
+	}
+
 	// The plane's apiserver goes away: the gate closes with a reason, after the grace.
 	if err := tenant.Stop(); err != nil {
 		t.Fatal(err)
@@ -295,5 +348,14 @@ func TestHardeningOnARealPlane(t *testing.T) {
 	}
 	if apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
 		t.Error("Ready is True while the plane is unreachable")
+	}
+	// No hot loop: while it stays down, the status does not churn.
+	time.Sleep(3 * time.Second)
+	later := &cpv1.ComputePlane{}
+	if err := k8s.Get(ctx, key, later); err != nil {
+		t.Fatal(err)
+	}
+	if later.ResourceVersion != got.ResourceVersion {
+		t.Errorf("status kept changing while the plane was down: %+v", later.Status.Conditions)
 	}
 }

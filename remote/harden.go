@@ -88,9 +88,29 @@ func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) 
 			writes++
 		}
 	}
+	var namespaces corev1.NamespaceList
+	if err := c.List(ctx, &namespaces); err != nil {
+		return writes, err
+	}
+	live := map[string]*corev1.Namespace{}
+	for i := range namespaces.Items {
+		live[namespaces.Items[i].Name] = &namespaces.Items[i]
+	}
 	placement := map[string]bool{}
 	for _, obj := range p.PlacementObjects() {
-		placement[obj.GetNamespace()+"/"+obj.GetName()] = true
+		if ns, ok := obj.(*corev1.Namespace); ok {
+			// Compare labels, not the applied hash: a relabelled namespace keeps the
+			// operator's annotation.
+			placement[ns.Name] = true
+			if l := live[ns.Name]; l != nil && hasLabels(l.Labels, ns.Labels) {
+				continue
+			}
+			if err := forceApply(ctx, c, ns, fieldOwner); err != nil {
+				return writes, err
+			}
+			writes++
+			continue
+		}
 		wrote, err := ApplyIfChanged(ctx, c, obj, fieldOwner)
 		if err != nil {
 			return writes, err
@@ -99,12 +119,8 @@ func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) 
 			writes++
 		}
 	}
-	var namespaces corev1.NamespaceList
-	if err := c.List(ctx, &namespaces); err != nil {
-		return writes, err
-	}
 	for _, ns := range namespaces.Items {
-		if placement["/"+ns.Name] || ns.Status.Phase == corev1.NamespaceTerminating || hasLabels(ns.Labels, p.NamespaceLabels(ns.Name)) {
+		if placement[ns.Name] || ns.Status.Phase == corev1.NamespaceTerminating || hasLabels(ns.Labels, p.NamespaceLabels(ns.Name)) {
 			continue
 		}
 		if err := forceApply(ctx, c, p.LabelledNamespace(ns.Name, nil), fieldOwner); err != nil {

@@ -1,0 +1,178 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/test/devprovider"
+	"github.com/cozystack/computeplane/test/testenv"
+)
+
+// BenchmarkHardening measures, with a real tenant apiserver per plane (the dev provider
+// stands in for Kamaji): the time from the control plane reported Ready (its API
+// reachable) to the ComputePlane's Ready, and the time from a drift (a policy deleted, a
+// namespace relabelled, the egress baseline deleted) to the object restored.
+func BenchmarkHardening(b *testing.B) {
+	scheme := controllers.NewScheme()
+	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = mgmt.Stop() }()
+	mgr, err := ctrl.NewManager(mgmt.Config, ctrl.Options{Scheme: scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := controllers.Setup(ctx, mgr, controllers.Options{
+		Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}},
+		RequeueInterval:       30 * time.Second,
+		PlaneTimeout:          5 * time.Second,
+		PlaneUnreachableGrace: 10 * time.Second,
+	}); err != nil {
+		b.Fatal(err)
+	}
+	provider := &devprovider.Provider{Client: mgr.GetClient(), Scheme: scheme}
+	if err := provider.SetupWithManager(mgr); err != nil {
+		b.Fatal(err)
+	}
+	defer provider.Stop()
+	go func() { _ = mgr.Start(ctx) }()
+
+	c := mgmt.Client
+	class := &cpv1.ComputePlaneClass{ObjectMeta: metav1.ObjectMeta{Name: "bench-harden"}, Spec: cpv1.ComputePlaneClassSpec{
+		KubernetesVersion: "v1.33.4",
+		Addons: []cpv1.SystemAddon{{Name: "cilium", Role: cpv1.AddonRoleCNI, TargetNamespace: "kube-system",
+			ChartRef: cpv1.AddonChartRef{Kind: "OCIRepository", Name: "cilium"}}},
+		PodSecurity: cpv1.PodSecurityProfile{ExemptNamespaces: []string{"kube-system"}},
+	}}
+	if err := c.Create(ctx, class); err != nil {
+		b.Fatal(err)
+	}
+	round := 0
+	for b.Loop() {
+		round++
+		ns := fmt.Sprintf("harden-%d", round)
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			b.Fatal(err)
+		}
+		p := &cpv1.ComputePlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plane"},
+			Spec: cpv1.ComputePlaneSpec{ClassName: class.Name, PlacementNamespaces: []string{"notebooks"}}}
+		created := time.Now()
+		if err := c.Create(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+		key := client.ObjectKeyFromObject(p)
+		reachable := until(b, ctx, func() bool {
+			tcp := &kamajiv1alpha1.TenantControlPlane{}
+			if c.Get(ctx, client.ObjectKey{Namespace: "cp-" + ns, Name: "plane"}, tcp) != nil {
+				return false
+			}
+			st := tcp.Status.Kubernetes.Version.Status
+			return st != nil && *st == kamajiv1alpha1.VersionReady
+		})
+		ready := until(b, ctx, func() bool { return isTrue(ctx, c, key, cpv1.ReadyCondition) })
+		b.ReportMetric(float64(ready.Sub(reachable).Milliseconds()), "ms-reachable-to-Ready")
+		b.ReportMetric(float64(ready.Sub(created).Milliseconds()), "ms-create-to-Ready")
+
+		// Drift made with the operator's own credential: anyone else is refused by the
+		// plane's admission policies before anything drifts.
+		tenant := operatorClient(b, ctx, c, "cp-"+ns, scheme)
+
+		vap := &admissionv1.ValidatingAdmissionPolicy{}
+		if err := tenant.Get(ctx, client.ObjectKey{Name: "computeplane-pod-hardening"}, vap); err != nil {
+			b.Fatal(err)
+		}
+		uid := vap.UID
+		start := time.Now()
+		if err := tenant.Delete(ctx, vap); err != nil {
+			b.Fatal(err)
+		}
+		restored := until(b, ctx, func() bool {
+			return tenant.Get(ctx, client.ObjectKeyFromObject(vap), vap) == nil && vap.UID != uid
+		})
+		b.ReportMetric(float64(restored.Sub(start).Milliseconds()), "ms-policy-deleted-to-restored")
+
+		nsObj := &corev1.Namespace{}
+		if err := tenant.Get(ctx, client.ObjectKey{Name: "notebooks"}, nsObj); err != nil {
+			b.Fatal(err)
+		}
+		patch := client.MergeFrom(nsObj.DeepCopy())
+		nsObj.Labels["pod-security.kubernetes.io/enforce"] = "privileged"
+		start = time.Now()
+		if err := tenant.Patch(ctx, nsObj, patch); err != nil {
+			b.Fatal(err)
+		}
+		restored = until(b, ctx, func() bool {
+			return tenant.Get(ctx, client.ObjectKeyFromObject(nsObj), nsObj) == nil &&
+				nsObj.Labels["pod-security.kubernetes.io/enforce"] == "restricted"
+		})
+		b.ReportMetric(float64(restored.Sub(start).Milliseconds()), "ms-relabel-to-restored")
+
+		cnp := &ciliumv2.CiliumNetworkPolicy{}
+		cnpKey := client.ObjectKey{Namespace: "cp-" + ns, Name: "computeplane-egress-baseline"}
+		if err := c.Get(ctx, cnpKey, cnp); err != nil {
+			b.Fatal(err)
+		}
+		uid = cnp.UID
+		start = time.Now()
+		if err := c.Delete(ctx, cnp); err != nil {
+			b.Fatal(err)
+		}
+		restored = until(b, ctx, func() bool { return c.Get(ctx, cnpKey, cnp) == nil && cnp.UID != uid })
+		b.ReportMetric(float64(restored.Sub(start).Milliseconds()), "ms-baseline-deleted-to-restored")
+		ready = until(b, ctx, func() bool { return isTrue(ctx, c, key, cpv1.ReadyCondition) })
+		b.ReportMetric(float64(ready.Sub(start).Milliseconds()), "ms-baseline-deleted-to-Ready")
+	}
+}
+
+func operatorClient(b *testing.B, ctx context.Context, c client.Client, ns string, scheme *runtime.Scheme) client.Client {
+	b.Helper()
+	secret := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "plane-admin-kubeconfig"}, secret); err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data["super-admin.svc"])
+	if err != nil {
+		b.Fatal(err)
+	}
+	tc, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tc
+}
+
+func until(b *testing.B, ctx context.Context, cond func() bool) time.Time {
+	b.Helper()
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, time.Minute, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		b.Fatal(err)
+	}
+	return time.Now()
+}
+
+func isTrue(ctx context.Context, c client.Client, key client.ObjectKey, t string) bool {
+	p := &cpv1.ComputePlane{}
+	return c.Get(ctx, key, p) == nil && apimeta.IsStatusConditionTrue(p.Status.Conditions, t)
+}
