@@ -46,9 +46,9 @@ func TestSummarize(t *testing.T) {
 			name: "terminal stage stalls",
 			results: map[string]stageResult{
 				cpv1.ValidCondition:       stageTrue(cpv1.SucceededReason, "ok"),
-				cpv1.ProvisionedCondition: stageTerminal(cpv1.NotImplementedReason, "later"),
+				cpv1.ProvisionedCondition: stageTerminal(RenderFailedReason, "fractional cores"),
 			},
-			want: want{ready: "False", readyReason: cpv1.NotImplementedReason, stalled: true,
+			want: want{ready: "False", readyReason: RenderFailedReason, stalled: true,
 				blocked: cpv1.GatingConditions[2:]},
 		},
 		{

@@ -331,8 +331,10 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, hr := range hrs.Items {
-		if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil && kc.SecretRef.Name == p.Name+"-admin-kubeconfig" &&
-			(hr.Namespace != "cp-"+p.Namespace || hr.Labels["computeplane.cozystack.io/addon-role"] == "") {
+		// Every plane's admin kubeconfig is referenced only from its own infrastructure
+		// namespace, by the operator's add-on releases.
+		if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil && strings.HasSuffix(kc.SecretRef.Name, "-admin-kubeconfig") &&
+			(hr.Namespace != "cp-"+hr.Labels[cpv1.PlaneNamespaceLabel] || hr.Labels["computeplane.cozystack.io/addon-role"] == "") {
 			t.Errorf("HelmRelease %s/%s references the admin kubeconfig but is not an operator add-on", hr.Namespace, hr.Name)
 		}
 	}

@@ -25,16 +25,12 @@ const (
 	AdmissionCondition = "AdmissionPoliciesReady"
 	// EgressCondition: the management-side egress baseline is in place.
 	EgressCondition = "EgressHardened"
-	// IdentitiesCondition: the deployer and applier identities and credential exist.
-	IdentitiesCondition = "IdentitiesReady"
-	// NetworkPoliciesCondition: the per-Service egress grants are in place.
-	NetworkPoliciesCondition = "NetworkPoliciesReady"
 )
 
 // GatingConditions are the stage conditions that make up Ready, in lifecycle order.
-// IdentitiesReady and NetworkPoliciesReady join when those stages are implemented; until
-// then nothing can be placed on a plane anyway (there is no applier credential to route
-// with), and a grant that is not applied only means less access.
+// The identities and per-Service grant stages join when they are implemented; until then
+// nothing can be placed on a plane anyway (there is no applier credential to route with),
+// and a grant that is not applied only means less access.
 var GatingConditions = []string{
 	ValidCondition,
 	ProvisionedCondition,
@@ -49,9 +45,6 @@ const (
 	SucceededReason = meta.SucceededReason
 	// ProgressingReason: the operator is working on the stage.
 	ProgressingReason = meta.ProgressingReason
-	// NotImplementedReason: this build of the operator does not implement the stage yet,
-	// so the plane cannot become Ready (see the README's roadmap).
-	NotImplementedReason = "NotImplemented"
 	// BlockedReason: an earlier stage is not done.
 	BlockedReason = "Blocked"
 	// DeletingReason: the plane is being torn down.
