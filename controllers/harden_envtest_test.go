@@ -285,6 +285,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := apimeta.FindStatusCondition(settled.Status.Conditions, cpv1.AdmissionCondition).LastTransitionTime
+	readyBefore := apimeta.FindStatusCondition(settled.Status.Conditions, cpv1.ReadyCondition).LastTransitionTime
 	time.Sleep(time.Second) // transition times have a one-second resolution
 	if err := tc.Delete(ctx, vap); err != nil {
 		t.Fatal(err)
@@ -307,6 +308,10 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		c := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.AdmissionCondition)
 		if c.Status != metav1.ConditionTrue || !c.LastTransitionTime.After(before.Time) {
 			return fmt.Errorf("AdmissionPoliciesReady = %s since %s, want True again after the drift at %s", c.Status, c.LastTransitionTime, before)
+		}
+		ready := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReadyCondition)
+		if ready.Status != metav1.ConditionTrue || !ready.LastTransitionTime.After(readyBefore.Time) {
+			return fmt.Errorf("Ready = %s since %s, want it to have gone False and back after %s", ready.Status, ready.LastTransitionTime, readyBefore)
 		}
 		return nil
 	})
