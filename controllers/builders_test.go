@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -101,4 +102,23 @@ func requestReconcile(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, s
 	if err := k8s.Patch(ctx, p, patch); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// newTCP is a TenantControlPlane as Kamaji's CAPI provider creates it for a plane.
+func newTCP(ns, name string) *kamajiv1alpha1.TenantControlPlane {
+	return &kamajiv1alpha1.TenantControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: kamajiv1alpha1.TenantControlPlaneSpec{
+			ControlPlane: kamajiv1alpha1.ControlPlane{Service: kamajiv1alpha1.ServiceSpec{ServiceType: "ClusterIP"}},
+			Kubernetes:   kamajiv1alpha1.KubernetesSpec{Version: "v1.33.4", Kubelet: kamajiv1alpha1.KubeletSpec{CGroupFS: "systemd"}},
+		}}
+}
+
+// createPlane creates a plane of a class that may not exist, in a new namespace.
+func createPlane(t *testing.T, ctx context.Context, className string) *cpv1.ComputePlane {
+	t.Helper()
+	p := newPlane(tenantNamespace(t, ctx), "plane", className)
+	if err := k8s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -114,11 +114,7 @@ func TestPlaneExceedingClassIsStalled(t *testing.T) {
 func TestReconcileRequestAnnotation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ns := tenantNamespace(t, ctx)
-	p := newPlane(ns, "plane", "absent-"+rand.String(6))
-	if err := k8s.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	p := createPlane(t, ctx, "absent-"+rand.String(6))
 	key := client.ObjectKeyFromObject(p)
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ValidCondition, metav1.ConditionFalse, cpv1.ClassNotFoundReason))
 
@@ -141,11 +137,7 @@ func TestReconcileRequestAnnotation(t *testing.T) {
 func TestFinalizerAddedAndReleased(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ns := tenantNamespace(t, ctx)
-	p := newPlane(ns, "plane", "absent-"+rand.String(6))
-	if err := k8s.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	p := createPlane(t, ctx, "absent-"+rand.String(6))
 	key := client.ObjectKeyFromObject(p)
 	eventually(t, settle, func() error {
 		got := &cpv1.ComputePlane{}

@@ -46,11 +46,7 @@ func provideWithTenant(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, 
 	if err := k8s.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	tcp := &kamajiv1alpha1.TenantControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: infra, Name: p.Name},
-		Spec: kamajiv1alpha1.TenantControlPlaneSpec{
-			ControlPlane: kamajiv1alpha1.ControlPlane{Service: kamajiv1alpha1.ServiceSpec{ServiceType: "ClusterIP"}},
-			Kubernetes:   kamajiv1alpha1.KubernetesSpec{Version: "v1.33.4", Kubelet: kamajiv1alpha1.KubeletSpec{CGroupFS: "systemd"}},
-		}}
+	tcp := newTCP(infra, p.Name)
 	if err := k8s.Create(ctx, tcp); err != nil {
 		t.Fatal(err)
 	}

@@ -166,11 +166,7 @@ func TestProvisioningReadinessWalk(t *testing.T) {
 	provisioned(metav1.ConditionFalse, controllers.WaitingForControlPlaneReason, "has not created TenantControlPlane plane")
 
 	// Kamaji's CAPI provider creates the TenantControlPlane; Kamaji reports it.
-	tcp := &kamajiv1alpha1.TenantControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: infra, Name: "plane"},
-		Spec: kamajiv1alpha1.TenantControlPlaneSpec{
-			ControlPlane: kamajiv1alpha1.ControlPlane{Service: kamajiv1alpha1.ServiceSpec{ServiceType: "ClusterIP"}},
-			Kubernetes:   kamajiv1alpha1.KubernetesSpec{Version: "v1.33.4", Kubelet: kamajiv1alpha1.KubeletSpec{CGroupFS: "systemd"}},
-		}}
+	tcp := newTCP(infra, "plane")
 	if err := k8s.Create(ctx, tcp); err != nil {
 		t.Fatal(err)
 	}
