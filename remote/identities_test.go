@@ -1,0 +1,151 @@
+package remote_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/computeplane/remote"
+	"github.com/cozystack/computeplane/test/testenv"
+)
+
+// access is one row of the matrix: may user do verb on resource (in namespace, by name)?
+type access struct {
+	verb, group, resource, subresource, namespace, name string
+	allowed                                             bool
+}
+
+// TestIdentitiesMatrix applies the deployer and applier identities to a real apiserver
+// and checks, with SubjectAccessReviews, that each may do exactly what the table says.
+func TestIdentitiesMatrix(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	plane, err := testenv.StartTenant(scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = plane.Stop() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := plane.Client
+	for _, ns := range []string{"tenant-a", "notebooks", "other"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, obj := range remote.Identities([]string{"tenant-a"}, []string{"tenant-a", "notebooks"}, false, map[string]string{"app.kubernetes.io/managed-by": "computeplane-operator"}) {
+		if err := c.Create(ctx, obj); err != nil && !strings.Contains(err.Error(), "already exists") {
+			t.Fatalf("%s %s: %v", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
+		}
+	}
+
+	deployer := "system:serviceaccount:tenant-a:" + remote.DeployerName
+	applier := "system:serviceaccount:" + remote.ApplierNamespace + ":" + remote.ApplierName
+	matrix := map[string][]access{
+		deployer: {
+			{"create", "apps", "deployments", "", "notebooks", "", true},
+			{"create", "apps", "deployments", "", "tenant-a", "", true},
+			{"patch", "", "services", "", "notebooks", "", true},
+			{"create", "", "secrets", "", "notebooks", "", true}, // Helm's release records
+			{"get", "", "pods", "log", "notebooks", "", true},
+			{"create", "rbac.authorization.k8s.io", "roles", "", "notebooks", "", true},
+			{"create", "apps", "deployments", "", "other", "", false},
+			{"get", "", "secrets", "", "kube-system", "", false},
+			{"create", "", "namespaces", "", "", "", false},
+			{"create", "rbac.authorization.k8s.io", "clusterroles", "", "", "", false},
+			{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", "", false},
+			{"escalate", "rbac.authorization.k8s.io", "roles", "", "notebooks", "", false},
+			{"bind", "rbac.authorization.k8s.io", "roles", "", "notebooks", "", false},
+			{"impersonate", "", "serviceaccounts", "", "tenant-a", remote.DeployerName, false},
+			{"impersonate", "", "users", "", "", "admin", false},
+			{"create", "", "pods", "exec", "notebooks", "", false},
+			{"create", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", "", false},
+			{"update", "", "resourcequotas", "", "notebooks", "", false},
+			{"patch", "", "namespaces", "", "", "notebooks", false},
+		},
+		applier: {
+			{"impersonate", "", "serviceaccounts", "", "tenant-a", remote.DeployerName, true},
+			{"impersonate", "", "serviceaccounts", "", "tenant-a", "default", false},
+			{"impersonate", "", "serviceaccounts", "", "notebooks", remote.DeployerName, false},
+			{"impersonate", "", "users", "", "", "admin", false},
+			{"impersonate", "", "groups", "", "", "system:masters", false},
+			{"get", "", "secrets", "", "tenant-a", "", false},
+			{"create", "apps", "deployments", "", "notebooks", "", false},
+			{"list", "", "namespaces", "", "", "", false},
+		},
+	}
+	for user, rows := range matrix {
+		ns := strings.Split(user, ":")[2]
+		for _, row := range rows {
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   user,
+				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Verb: row.verb, Group: row.group, Resource: row.resource, Subresource: row.subresource,
+					Namespace: row.namespace, Name: row.name,
+				},
+			}}
+			if err := c.Create(ctx, sar); err != nil {
+				t.Fatal(err)
+			}
+			if sar.Status.Allowed != row.allowed {
+				t.Errorf("%s %s %s/%s %s in %q (%s): allowed=%v, want %v", user, row.verb, row.resource, row.subresource,
+					row.name, row.namespace, row.group, sar.Status.Allowed, row.allowed)
+			}
+		}
+	}
+
+	// The apiserver's escalation check: a deployer cannot write itself a Role with more
+	// than it holds (pods/exec here), although it may create Roles.
+	cfg := rest.CopyConfig(plane.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: deployer}
+	dc, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wider := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "notebooks", Name: "wider"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create"}}}}
+	if err := dc.Create(ctx, wider); err == nil || !strings.Contains(err.Error(), "attempting to grant RBAC permissions not currently held") {
+		t.Errorf("a deployer wrote itself a wider Role: %v", err)
+	}
+	narrow := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "notebooks", Name: "narrow"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}}}
+	if err := dc.Create(ctx, narrow); err != nil {
+		t.Errorf("a deployer cannot create a chart's own narrow Role: %v", err)
+	}
+}
+
+func TestDeployerRulesPodExecOnlyWhenAllowed(t *testing.T) {
+	has := func(rules []rbacv1.PolicyRule) bool {
+		for _, r := range rules {
+			for _, res := range r.Resources {
+				if res == "pods/exec" {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	if has(remote.DeployerRules(false)) || !has(remote.DeployerRules(true)) {
+		t.Error("pods/exec must be granted exactly when the class allows it")
+	}
+	for _, r := range remote.DeployerRules(true) {
+		for _, v := range r.Verbs {
+			if v == "escalate" || v == "bind" || v == "impersonate" || v == "*" {
+				t.Errorf("deployer rule grants %q: %+v", v, r)
+			}
+		}
+	}
+}
