@@ -55,7 +55,7 @@ type ServiceType string
 // ComputePlaneClassSpec is the operator-owned profile of a family of ComputePlanes.
 // Everything security-relevant lives here; a tenant's ComputePlane only picks a class and
 // sets the curated knobs, which the controller checks against the limits below.
-// +kubebuilder:validation:XValidation:rule="self.infrastructure.placement == oldSelf.infrastructure.placement",message="infrastructure.placement is immutable: moving existing planes' infrastructure between namespaces is not supported; create a new class"
+// +kubebuilder:validation:XValidation:rule="self.infrastructure.placement == oldSelf.infrastructure.placement && self.infrastructure.namespacePrefix == oldSelf.infrastructure.namespacePrefix",message="infrastructure.placement and infrastructure.namespacePrefix are immutable: moving existing planes' infrastructure between namespaces is not supported; create a new class"
 type ComputePlaneClassSpec struct {
 	// KubernetesVersion of the control plane and the workers, for example "v1.33.4".
 	// Raising it upgrades every plane of the class: the control plane first, then workers.
