@@ -13,6 +13,7 @@ import (
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -54,6 +55,8 @@ type ComputePlaneReconciler struct {
 	RequeueInterval time.Duration
 	// Planes holds the connections to the planes' own API servers.
 	Planes *remote.ClusterCache
+	// TokenLifetime of the applier's tokens (renewed after two thirds of it).
+	TokenLifetime time.Duration
 
 	controller controller.Controller
 }
@@ -116,7 +119,8 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		toPlane := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []ctrl.Request {
 			return []ctrl.Request{{NamespacedName: key}}
 		})
-		for _, obj := range []client.Object{&corev1.Namespace{}, &admissionv1.ValidatingAdmissionPolicy{}, &admissionv1.ValidatingAdmissionPolicyBinding{}} {
+		for _, obj := range []client.Object{&corev1.Namespace{}, &admissionv1.ValidatingAdmissionPolicy{}, &admissionv1.ValidatingAdmissionPolicyBinding{},
+			&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
 			if err := r.controller.Watch(source.Kind(pc, obj, toPlane)); err != nil {
 				return err
 			}
@@ -165,6 +169,7 @@ func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) 
 		r.reconcileProvisioning,
 		r.reconcileHardening,
 		r.reconcileEgress,
+		r.reconcileIdentities,
 	}
 	var result ctrl.Result
 	for _, p := range phases {
@@ -174,6 +179,10 @@ func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) 
 		}
 		result = lowestRequeue(result, res)
 		if t, blocked := s.blocked(); blocked {
+			// The gate is closed: the applier credential must not exist.
+			if err := r.revokeApplierCredential(ctx, s.plane); err != nil {
+				return ctrl.Result{}, err
+			}
 			if t.invalidSpec {
 				// Not retried: a change to the plane or its class starts a new reconcile.
 				return ctrl.Result{}, reconcile.TerminalError(errors.New(t.message))

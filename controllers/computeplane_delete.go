@@ -38,6 +38,9 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 	// Later stages (placement releases, credentials, policies) go before the add-ons,
 	// in the order the mission fixes.
 	stages := []deletionStage{
+		{"applier credential", func(ctx context.Context, s *scope) (bool, string, error) {
+			return true, "", r.revokeApplierCredential(ctx, s.plane)
+		}},
 		{"system add-ons", r.deleteAddons},
 		{"Cluster", r.deleteCluster},
 		{"leftover infrastructure", r.deleteLeftovers},

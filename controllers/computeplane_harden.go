@@ -61,23 +61,29 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	}
 	posture := postureFor(s.plane, s.class, plane.Identity)
 
+	wasVerified := verified(s.plane) || r.Planes.WasVerified(key)
 	found, err := remote.Inspect(ctx, plane.Client, posture)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if (verified(s.plane) || r.Planes.WasVerified(key)) && !found.Empty() {
-		r.Planes.SetVerified(key, false)
-		r.Events.Eventf(s.plane, nil, corev1.EventTypeWarning, DriftedReason, "Drift",
-			"The plane drifted: %s", strings.Join(append(found.Admission, found.PodSecurity...), "; "))
-		observeFindings(s, found, DriftedReason, "drifted, restoring")
-		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	if wasVerified && found.Drifted() {
+		return r.reportDrift(s, key, found, append(found.Admission, found.PodSecurity...)), nil
 	}
 
-	writes, err := remote.Harden(ctx, plane.Client, posture, HardeningFieldOwner)
+	wrote, labelled, err := remote.Harden(ctx, plane.Client, posture, HardeningFieldOwner)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if writes > 0 {
+	if len(labelled) > 0 {
+		r.Events.Eventf(s.plane, nil, corev1.EventTypeNormal, "NamespacesLabelled", "Harden",
+			"Pod Security labels set on new namespaces %v", labelled)
+	}
+	if wasVerified && len(wrote) > 0 {
+		// Something changed between the look and the write: that is drift too, repaired
+		// already; report it so the gate visibly closed.
+		return r.reportDrift(s, key, remote.Findings{PodSecurity: wrote}, wrote), nil
+	}
+	if len(wrote)+len(labelled) > 0 {
 		if found, err = remote.Inspect(ctx, plane.Client, posture); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -93,9 +99,18 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	return ctrl.Result{RequeueAfter: r.jitter()}, nil
 }
 
+// reportDrift records a drift of a verified plane (conditions False/Drifted naming what,
+// a Warning event) and asks for the next pass at once, which restores it.
+func (r *ComputePlaneReconciler) reportDrift(s *scope, key client.ObjectKey, found remote.Findings, what []string) ctrl.Result {
+	r.Planes.SetVerified(key, false)
+	r.Events.Eventf(s.plane, nil, corev1.EventTypeWarning, DriftedReason, "Drift", "The plane drifted: %s", strings.Join(what, "; "))
+	observeFindings(s, found, DriftedReason, "drifted, restoring")
+	return ctrl.Result{RequeueAfter: time.Millisecond}
+}
+
 func observeFindings(s *scope, f remote.Findings, reason, what string) {
-	if len(f.PodSecurity) > 0 {
-		s.observe(cpv1.PodSecurityCondition, stageFalse(reason, "%s: %s", what, strings.Join(f.PodSecurity, "; ")))
+	if problems := append(append([]string(nil), f.PodSecurity...), prefixed("new namespace ", f.New)...); len(problems) > 0 {
+		s.observe(cpv1.PodSecurityCondition, stageFalse(reason, "%s: %s", what, strings.Join(problems, "; ")))
 	} else {
 		level, version := s.class.Spec.PodSecurity.Level, s.class.Spec.PodSecurity.Version
 		s.observe(cpv1.PodSecurityCondition, stageTrue(cpv1.SucceededReason, fmt.Sprintf(
@@ -108,6 +123,14 @@ func observeFindings(s *scope, f remote.Findings, reason, what string) {
 		s.observe(cpv1.AdmissionCondition, stageTrue(cpv1.SucceededReason, fmt.Sprintf(
 			"Admission policies %v and their bindings are in place", remote.PolicyNames())))
 	}
+}
+
+func prefixed(prefix string, items []string) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = prefix + it + " is not labelled"
+	}
+	return out
 }
 
 // verified reports whether both hardening conditions were True: a difference found now

@@ -77,7 +77,7 @@ func summarize(conds *[]metav1.Condition, generation int64, results map[string]s
 			"The ComputePlane is being deleted; placement is closed")
 	case blocker == nil:
 		set(conds, generation, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason,
-			"The plane is provisioned and hardened, and the hardening was read back")
+			"The plane is provisioned, hardened and read back, and its applier credential is issued")
 	default:
 		set(conds, generation, cpv1.ReadyCondition, metav1.ConditionFalse, blocker.Reason,
 			blocker.Type+": "+blocker.Message)

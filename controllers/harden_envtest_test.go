@@ -12,11 +12,15 @@ import (
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -74,6 +78,86 @@ func operatorClient(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) cli
 		t.Fatal(err)
 	}
 	return c
+}
+
+// checkApplier uses the applier kubeconfig as Flux does: impersonating the deployer it
+// may deploy into the placement namespaces and nowhere else; as itself, or
+// impersonating anyone else, it may do nothing.
+func checkApplier(t *testing.T, ctx context.Context, secret *corev1.Secret, deployerNS string) {
+	t.Helper()
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data["value"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A clientset, not a controller-runtime client: the latter runs discovery first,
+	// which hides the refusal behind "failed to get server groups".
+	as := func(user string) kubernetes.Interface {
+		c := rest.CopyConfig(cfg)
+		c.Impersonate = rest.ImpersonationConfig{UserName: user}
+		return kubernetes.NewForConfigOrDie(c)
+	}
+	create := func(cs kubernetes.Interface, ns string) error {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe-" + rand.String(5)}}
+		_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	deployer := as("system:serviceaccount:" + deployerNS + ":computeplane-deployer")
+	if err := create(deployer, "notebooks"); err != nil {
+		t.Errorf("the deployer cannot deploy into a placement namespace: %v", err)
+	}
+	denied(t, create(deployer, "kube-system"), "forbidden")
+	denied(t, create(as("system:serviceaccount:"+deployerNS+":default"), "notebooks"), "cannot impersonate")
+	denied(t, create(kubernetes.NewForConfigOrDie(cfg), "notebooks"), "forbidden")
+}
+
+// tenantRBAC: a tenant bound to admin in its namespace (plus the operator's tenant roles,
+// which a real cluster aggregates into admin; envtest runs no aggregation controller)
+// reads its plane and its status but not the admin kubeconfig in the infrastructure
+// namespace.
+func tenantRBAC(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) {
+	t.Helper()
+	view := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "tenant-view-" + p.Namespace},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"computeplane.cozystack.io"}, Resources: []string{"computeplanes", "computeplanes/status"}, Verbs: []string{"get", "list", "watch"}}}}
+	if err := k8s.Create(ctx, view); err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []string{"admin", view.Name} {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: "alice-" + role},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}}}
+		if err := k8s.Create(ctx, rb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	can := func(verb, resource, sub, ns, name string) bool {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: "alice",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: groupOf(resource), Resource: resource,
+				Subresource: sub, Namespace: ns, Name: name}}}
+		if err := k8s.Create(ctx, sar); err != nil {
+			t.Fatal(err)
+		}
+		return sar.Status.Allowed
+	}
+	// RBAC takes a moment to see new bindings.
+	eventually(t, settle, func() error {
+		if !can("get", "computeplanes", "status", p.Namespace, p.Name) {
+			return errors.New("the tenant cannot read its ComputePlane's status")
+		}
+		return nil
+	})
+	if can("get", "secrets", "", "cp-"+p.Namespace, p.Name+"-admin-kubeconfig") {
+		t.Error("the tenant can read the admin kubeconfig")
+	}
+	if can("list", "secrets", "", "cp-"+p.Namespace, "") {
+		t.Error("the tenant can list Secrets in the infrastructure namespace")
+	}
+}
+
+func groupOf(resource string) string {
+	if resource == "computeplanes" {
+		return "computeplane.cozystack.io"
+	}
+	return ""
 }
 
 // asUser is a client to the tenant apiserver impersonating a non-operator user with full
@@ -327,6 +411,58 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		}
 	}
 
+	// Identities: the applier kubeconfig in the tenant namespace works only through the
+	// deployer, and only in the placement namespaces.
+	eventually(t, settle, conditionIs(ctx, key, cpv1.IdentitiesCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+	applierSecret := &corev1.Secret{}
+	secretKey := client.ObjectKey{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}
+	if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
+		t.Fatal(err)
+	}
+	if applierSecret.Labels["reconcile.fluxcd.io/watch"] != "Enabled" {
+		t.Errorf("applier Secret labels = %v", applierSecret.Labels)
+	}
+	checkApplier(t, ctx, applierSecret, p.Namespace)
+
+	// Rotation: a token nearing its expiry is replaced (the test moves the recorded
+	// expiry forward in time instead of waiting), without the Secret going away.
+	oldToken := string(applierSecret.Data["value"])
+	patchSecret := client.MergeFrom(applierSecret.DeepCopy())
+	applierSecret.Annotations[controllers.TokenExpiresAtAnnotation] = time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+	if err := k8s.Patch(ctx, applierSecret, patchSecret); err != nil {
+		t.Fatal(err)
+	}
+	requestReconcile(t, ctx, p, "rotate")
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
+			return err
+		}
+		if string(applierSecret.Data["value"]) == oldToken {
+			return errors.New("token not rotated")
+		}
+		return nil
+	})
+	checkApplier(t, ctx, applierSecret, p.Namespace)
+
+	// A deleted applier ServiceAccount is recreated and the credential re-issued.
+	oldApplier := applierSecret.Annotations[controllers.ApplierUIDAnnotation]
+	if err := tc.Delete(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "computeplane-system", Name: "computeplane-applier"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
+			return err
+		}
+		if applierSecret.Annotations[controllers.ApplierUIDAnnotation] == oldApplier {
+			return errors.New("credential not re-issued for the new ServiceAccount")
+		}
+		return nil
+	})
+	checkApplier(t, ctx, applierSecret, p.Namespace)
+
+	// A tenant with admin in its namespace sees its plane, not the admin kubeconfig.
+	tenantRBAC(t, ctx, p)
+
 	var hrs helmv2.HelmReleaseList
 	if err := k8s.List(ctx, &hrs); err != nil {
 		t.Fatal(err)
@@ -351,6 +487,9 @@ func TestHardeningOnARealPlane(t *testing.T) {
 	}
 	if apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
 		t.Error("Ready is True while the plane is unreachable")
+	}
+	if err := k8s.Get(ctx, secretKey, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the applier credential outlived the open gate (err=%v)", err)
 	}
 	// No hot loop: while it stays down, the status does not churn.
 	time.Sleep(3 * time.Second)

@@ -22,15 +22,22 @@ type Options struct {
 	// PlaneUnreachableGrace is how long a plane may not answer before its conditions
 	// say so (a blip does not close the gate visibly; it never opens it either).
 	PlaneUnreachableGrace time.Duration
+	// ApplierTokenLifetime of the applier's kubeconfig tokens (at least 10 minutes, the
+	// TokenRequest API's minimum); zero means one hour.
+	ApplierTokenLifetime time.Duration
 }
 
 // Setup registers every controller and webhook with the manager.
 func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
+	if o.ApplierTokenLifetime == 0 {
+		o.ApplierTokenLifetime = time.Hour
+	}
 	r := &ComputePlaneReconciler{
 		Client:          mgr.GetClient(),
 		APIReader:       mgr.GetAPIReader(),
 		Events:          mgr.GetEventRecorder("computeplane-controller"),
 		RequeueInterval: o.RequeueInterval,
+		TokenLifetime:   max(o.ApplierTokenLifetime, 10*time.Minute),
 		Planes: &remote.ClusterCache{
 			Scheme:        mgr.GetScheme(),
 			Timeout:       o.PlaneTimeout,

@@ -19,10 +19,18 @@ type Findings struct {
 	PodSecurity []string
 	// Admission lists policies and bindings that are missing or changed.
 	Admission []string
+	// New lists namespaces without any Pod Security label: created since the last look,
+	// to be labelled. They are not drift.
+	New []string
 }
 
 // Empty reports whether nothing was found.
-func (f Findings) Empty() bool { return len(f.PodSecurity) == 0 && len(f.Admission) == 0 }
+func (f Findings) Empty() bool {
+	return len(f.PodSecurity) == 0 && len(f.Admission) == 0 && len(f.New) == 0
+}
+
+// Drifted reports whether something the operator applied was removed or changed.
+func (f Findings) Drifted() bool { return len(f.PodSecurity) > 0 || len(f.Admission) > 0 }
 
 // Inspect reads the plane and compares it with the posture. It writes nothing.
 func Inspect(ctx context.Context, c client.Client, p Posture) (Findings, error) {
@@ -48,7 +56,11 @@ func Inspect(ctx context.Context, c client.Client, p Posture) (Findings, error) 
 		if ns.Status.Phase == corev1.NamespaceTerminating {
 			continue
 		}
-		if !hasLabels(ns.Labels, p.NamespaceLabels(ns.Name)) {
+		switch {
+		case hasLabels(ns.Labels, p.NamespaceLabels(ns.Name)):
+		case !hasAnyPSALabel(ns.Labels) && !p.isOperatorNamespace(ns.Name):
+			f.New = append(f.New, ns.Name)
+		default:
 			f.PodSecurity = append(f.PodSecurity, "namespace "+ns.Name+" lacks its Pod Security labels")
 		}
 	}
@@ -72,25 +84,36 @@ func Inspect(ctx context.Context, c client.Client, p Posture) (Findings, error) 
 	return f, nil
 }
 
+func hasAnyPSALabel(labels map[string]string) bool {
+	for _, k := range []string{PSAEnforce, PSAEnforceVersion, PSAAudit, PSAAuditVersion, PSAWarn, PSAWarnVersion} {
+		if _, ok := labels[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // Harden applies the posture: policies first (so nothing slips in while namespaces are
 // labelled), then placement namespaces with quota and limits, then the Pod Security
-// labels of every other namespace. Only what differs is written.
-func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) (writes int, err error) {
+// labels of every other namespace. Only what differs is written; it returns what it
+// restored or created (by kind and name) apart from the namespaces it labelled for the
+// first time.
+func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) (wrote, labelled []string, err error) {
 	for _, obj := range p.Policies() {
 		ok, err := policyMatches(ctx, c, obj)
 		if err != nil {
-			return writes, err
+			return wrote, labelled, err
 		}
 		if !ok {
 			if err := forceApply(ctx, c, obj, fieldOwner); err != nil {
-				return writes, err
+				return wrote, labelled, err
 			}
-			writes++
+			wrote = append(wrote, describe(obj))
 		}
 	}
 	var namespaces corev1.NamespaceList
 	if err := c.List(ctx, &namespaces); err != nil {
-		return writes, err
+		return wrote, labelled, err
 	}
 	live := map[string]*corev1.Namespace{}
 	for i := range namespaces.Items {
@@ -106,17 +129,17 @@ func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) 
 				continue
 			}
 			if err := forceApply(ctx, c, ns, fieldOwner); err != nil {
-				return writes, err
+				return wrote, labelled, err
 			}
-			writes++
+			wrote = append(wrote, describe(ns))
 			continue
 		}
-		wrote, err := ApplyIfChanged(ctx, c, obj, fieldOwner)
+		changed, err := ApplyIfChanged(ctx, c, obj, fieldOwner)
 		if err != nil {
-			return writes, err
+			return wrote, labelled, err
 		}
-		if wrote {
-			writes++
+		if changed {
+			wrote = append(wrote, describe(obj))
 		}
 	}
 	for _, ns := range namespaces.Items {
@@ -124,11 +147,23 @@ func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) 
 			continue
 		}
 		if err := forceApply(ctx, c, p.LabelledNamespace(ns.Name, nil), fieldOwner); err != nil {
-			return writes, err
+			return wrote, labelled, err
 		}
-		writes++
+		if hasAnyPSALabel(ns.Labels) {
+			wrote = append(wrote, "Namespace "+ns.Name)
+		} else {
+			labelled = append(labelled, ns.Name)
+		}
 	}
-	return writes, nil
+	return wrote, labelled, nil
+}
+
+func describe(obj client.Object) string {
+	kind := obj.GetObjectKind().GroupVersionKind().Kind
+	if obj.GetNamespace() == "" {
+		return kind + " " + obj.GetName()
+	}
+	return kind + " " + obj.GetNamespace() + "/" + obj.GetName()
 }
 
 // policyMatches reports whether a policy or binding exists and says what the operator

@@ -85,11 +85,28 @@ func (p Posture) LabelledNamespace(name string, extra map[string]string) *corev1
 	return ns
 }
 
-// PlacementObjects are the placement namespaces with their quota and limit range.
+// OperatorNamespaces are namespaces the operator itself keeps in the plane (the
+// applier's); they are created labelled like any other.
+var OperatorNamespaces = []string{ApplierNamespace}
+
+func (p Posture) isOperatorNamespace(name string) bool {
+	for _, n := range OperatorNamespaces {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// PlacementObjects are the placement namespaces with their quota and limit range, and
+// the operator's own namespaces.
 func (p Posture) PlacementObjects() []client.Object {
 	names := append([]string(nil), p.PlacementNamespaces...)
 	sort.Strings(names)
 	var out []client.Object
+	for _, name := range OperatorNamespaces {
+		out = append(out, p.LabelledNamespace(name, p.Labels))
+	}
 	for _, name := range names {
 		extra := map[string]string{PlacementLabel: "true"}
 		for k, v := range p.Labels {

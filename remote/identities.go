@@ -50,7 +50,7 @@ func DeployerRules(podExec bool) []rbacv1.PolicyRule {
 }
 
 // Identities are the deployer and applier objects of one plane: the applier's
-// namespace and ServiceAccount; per deployer namespace (the namespaces named like the
+// ServiceAccount; per deployer namespace (the namespaces named like the
 // HelmReleases' namespaces) a deployer ServiceAccount and the applier's right to
 // impersonate exactly it; per target namespace a Role with DeployerRules bound to
 // every deployer that may target it.
@@ -63,9 +63,7 @@ func Identities(deployerNamespaces, targetNamespaces []string, podExec bool, lab
 		o.SetLabels(labels)
 		out = append(out, o)
 	}
-	ns := &corev1.Namespace{}
-	ns.Name = ApplierNamespace
-	add(ns, core("Namespace"))
+	// The applier's namespace is created (labelled) by the hardening, which runs first.
 	applier := &corev1.ServiceAccount{}
 	applier.Namespace, applier.Name = ApplierNamespace, ApplierName
 	add(applier, core("ServiceAccount"))

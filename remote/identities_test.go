@@ -40,7 +40,7 @@ func TestIdentitiesMatrix(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := plane.Client
-	for _, ns := range []string{"tenant-a", "notebooks", "other"} {
+	for _, ns := range []string{"tenant-a", "notebooks", "other", remote.ApplierNamespace} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
 		}

@@ -25,18 +25,21 @@ const (
 	AdmissionCondition = "AdmissionPoliciesReady"
 	// EgressCondition: the management-side egress baseline is in place.
 	EgressCondition = "EgressHardened"
+	// IdentitiesCondition: the deployers, the applier and its short-lived kubeconfig
+	// exist and were read back.
+	IdentitiesCondition = "IdentitiesReady"
 )
 
 // GatingConditions are the stage conditions that make up Ready, in lifecycle order.
-// The identities and per-Service grant stages join when they are implemented; until then
-// nothing can be placed on a plane anyway (there is no applier credential to route with),
-// and a grant that is not applied only means less access.
+// The per-Service grant stage joins when it is implemented; until then a grant that is
+// not applied only means less access.
 var GatingConditions = []string{
 	ValidCondition,
 	ProvisionedCondition,
 	PodSecurityCondition,
 	AdmissionCondition,
 	EgressCondition,
+	IdentitiesCondition,
 }
 
 // Reasons shared by several conditions.

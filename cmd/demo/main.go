@@ -154,6 +154,9 @@ func run(ctx context.Context, stay bool) error {
 	_ = kubectl("--kubeconfig", planeKubeconfig, "run", "escape", "-n", "notebooks", "--image=busybox", "--dry-run=server",
 		`--overrides={"spec":{"containers":[{"name":"escape","image":"busybox","securityContext":{"privileged":true}}]}}`)
 
+	step("The tenant namespace holds only the plane and the least-privilege applier kubeconfig (never the admin one)")
+	_ = kubectl("get", "secrets", "-n", "tenant-demo", "-L", "reconcile.fluxcd.io/watch")
+
 	step("The API documents itself")
 	_ = kubectl("explain", "computeplane.spec.nodeGroups")
 

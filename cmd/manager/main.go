@@ -25,7 +25,7 @@ func main() {
 		leaderElect, webhooks, reconcileRequests  bool
 		concurrent, webhookPort                   int
 		requeue, minRetry, maxRetry               time.Duration
-		planeTimeout, planeGrace                  time.Duration
+		planeTimeout, planeGrace, tokenLifetime   time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
@@ -37,6 +37,7 @@ func main() {
 	flag.DurationVar(&maxRetry, "max-retry-delay", 15*time.Minute, "Longest backoff after repeated transient errors.")
 	flag.DurationVar(&planeTimeout, "plane-timeout", 10*time.Second, "Timeout of every request to a plane's API server (and how long a successful health probe is trusted).")
 	flag.DurationVar(&planeGrace, "plane-unreachable-grace", 30*time.Second, "How long a plane's API server may not answer before its conditions say PlaneUnreachable.")
+	flag.DurationVar(&tokenLifetime, "applier-token-lifetime", time.Hour, "Lifetime of the applier kubeconfig tokens (renewed after two thirds; at least 10m).")
 	flag.BoolVar(&reconcileRequests, "reconcile-requests", true,
 		"Reconcile when the reconcile.fluxcd.io/requestedAt annotation changes, and echo it in status.lastHandledReconcileAt.")
 	flag.BoolVar(&webhooks, "enable-webhooks", true, "Serve the admission webhooks (needs a serving certificate).")
@@ -77,6 +78,7 @@ func main() {
 		Webhooks:              webhooks,
 		PlaneTimeout:          planeTimeout,
 		PlaneUnreachableGrace: planeGrace,
+		ApplierTokenLifetime:  tokenLifetime,
 	}); err != nil {
 		log.Error(err, "setting up the controllers")
 		os.Exit(1)
