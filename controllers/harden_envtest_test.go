@@ -399,16 +399,33 @@ func TestHardeningOnARealPlane(t *testing.T) {
 
 	// The admin kubeconfig is referenced only by the operator's own add-on releases, and
 	// no Secret holding it exists in the tenant namespace.
+	adminSecret := &corev1.Secret{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "cp-" + p.Namespace, Name: p.Name + "-admin-kubeconfig"}, adminSecret); err != nil {
+		t.Fatal(err)
+	}
+	adminCfg, err := clientcmd.RESTConfigFromKubeConfig(adminSecret.Data["super-admin.svc"])
+	if err != nil {
+		t.Fatal(err)
+	}
 	var secrets corev1.SecretList
 	if err := k8s.List(ctx, &secrets, client.InNamespace(p.Namespace)); err != nil {
 		t.Fatal(err)
 	}
+	kubeconfigs := 0
 	for _, s := range secrets.Items {
 		for _, v := range s.Data {
-			if _, err := clientcmd.Load(v); err == nil && strings.Contains(string(v), tenant.Config.Host) {
-				t.Errorf("Secret %s in the tenant namespace holds a kubeconfig for the plane", s.Name)
+			cfg, err := clientcmd.RESTConfigFromKubeConfig(v)
+			if err != nil {
+				continue
+			}
+			kubeconfigs++
+			if len(cfg.CertData) > 0 && string(cfg.CertData) == string(adminCfg.CertData) {
+				t.Errorf("Secret %s in the tenant namespace holds the admin credential", s.Name)
 			}
 		}
+	}
+	if kubeconfigs != 1 {
+		t.Errorf("the tenant namespace holds %d kubeconfigs, want exactly the applier's", kubeconfigs)
 	}
 
 	// Identities: the applier kubeconfig in the tenant namespace works only through the
