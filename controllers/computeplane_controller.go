@@ -180,7 +180,7 @@ func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) 
 		result = lowestRequeue(result, res)
 		if t, blocked := s.blocked(); blocked {
 			// The gate is closed: the applier credential must not exist.
-			if err := r.revokeApplierCredential(ctx, s.plane); err != nil {
+			if err := r.revokeApplierCredential(ctx, s); err != nil {
 				return ctrl.Result{}, err
 			}
 			if t.invalidSpec {

@@ -39,7 +39,7 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 	// in the order the mission fixes.
 	stages := []deletionStage{
 		{"applier credential", func(ctx context.Context, s *scope) (bool, string, error) {
-			return true, "", r.revokeApplierCredential(ctx, s.plane)
+			return true, "", r.revokeApplierCredential(ctx, s)
 		}},
 		{"system add-ons", r.deleteAddons},
 		{"Cluster", r.deleteCluster},

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -44,7 +45,7 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 		// Hardening has just talked to the plane; a failure here is transient.
 		return ctrl.Result{}, err
 	}
-	objs := remote.Identities([]string{p.Namespace}, placementNamespaces(p), false, render.PlaneLabels(p))
+	objs := remote.Identities([]string{p.Namespace}, placementNamespaces(p), s.class.Spec.PlacementNamespaces.AllowPodExec, render.PlaneLabels(p))
 	for _, o := range objs {
 		if _, err := remote.ApplyIfChanged(ctx, plane.Client, o, HardeningFieldOwner); err != nil {
 			return ctrl.Result{}, err
@@ -130,17 +131,27 @@ func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *sco
 }
 
 // revokeApplierCredential deletes the applier kubeconfig Secret: with it gone, every
-// release that references it fails closed (Flux applies nothing anywhere).
-func (r *ComputePlaneReconciler) revokeApplierCredential(ctx context.Context, p *cpv1.ComputePlane) error {
+// release that references it fails closed (Flux applies nothing anywhere). It also
+// removes the applier's right to impersonate in the plane, when the plane answers, so a
+// copy of the token is worthless before it expires; reopening the gate restores both.
+func (r *ComputePlaneReconciler) revokeApplierCredential(ctx context.Context, s *scope) error {
+	p := s.plane
 	// Look first (a read), so a plane that never had a credential makes no write.
 	secret := &corev1.Secret{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: ApplierSecretName(p)}, secret); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	err := r.Delete(ctx, secret)
-	if err == nil {
-		r.Events.Eventf(p, nil, corev1.EventTypeWarning, "CredentialRevoked", "Revoke",
-			"Applier kubeconfig %s deleted: the plane is not Ready", secret.Name)
+	if err := r.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
+		return err
 	}
-	return client.IgnoreNotFound(err)
+	unbound := "the plane did not answer, so its token stays valid until it expires"
+	if plane, ok := r.Planes.Existing(client.ObjectKeyFromObject(p)); ok {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: remote.ApplierName}}
+		if err := client.IgnoreNotFound(plane.Client.Delete(ctx, rb)); err == nil {
+			unbound = "and its right to impersonate in the plane removed"
+		}
+	}
+	r.Events.Eventf(p, nil, corev1.EventTypeWarning, "CredentialRevoked", "Revoke",
+		"Applier kubeconfig %s deleted (the plane is not Ready), %s", secret.Name, unbound)
+	return nil
 }

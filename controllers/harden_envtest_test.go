@@ -399,6 +399,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 
 	// The admin kubeconfig is referenced only by the operator's own add-on releases, and
 	// no Secret holding it exists in the tenant namespace.
+	eventually(t, settle, conditionIs(ctx, key, cpv1.IdentitiesCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 	adminSecret := &corev1.Secret{}
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "cp-" + p.Namespace, Name: p.Name + "-admin-kubeconfig"}, adminSecret); err != nil {
 		t.Fatal(err)
@@ -475,6 +476,38 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		}
 		return nil
 	})
+	checkApplier(t, ctx, applierSecret, p.Namespace)
+
+	// Closing the gate (here: the spec now exceeds the class) revokes the credential: the
+	// Secret goes, and so does the applier's right to impersonate in the plane. Reopening
+	// it issues a new one.
+	patchPlane := client.MergeFrom(p.DeepCopy())
+	g := p.Spec.NodeGroups["workers"]
+	g.MaxReplicas = 99
+	p.Spec.NodeGroups["workers"] = g
+	if err := k8s.Patch(ctx, p, patchPlane); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, secretKey, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("applier Secret still there (err=%v)", err)
+		}
+		err := tc.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: "computeplane-applier"}, &rbacv1.RoleBinding{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("applier impersonation binding still there (err=%v)", err)
+		}
+		return nil
+	})
+	patchPlane = client.MergeFrom(p.DeepCopy())
+	g.MaxReplicas = 2
+	p.Spec.NodeGroups["workers"] = g
+	if err := k8s.Patch(ctx, p, patchPlane); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+	if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
+		t.Fatal(err)
+	}
 	checkApplier(t, ctx, applierSecret, p.Namespace)
 
 	// A tenant with admin in its namespace sees its plane, not the admin kubeconfig.

@@ -133,6 +133,18 @@ func (c *ClusterCache) Get(ctx context.Context, key types.NamespacedName, kubeco
 	return c.probe(e)
 }
 
+// Existing returns the plane's connection if one was made and the plane answered its
+// last probe, without a kubeconfig (for best-effort clean-up when the caller has none).
+func (c *ClusterCache) Existing(key types.NamespacedName) (*Plane, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[key]
+	if e == nil || !e.failingSince.IsZero() {
+		return nil, false
+	}
+	return &e.plane, true
+}
+
 // Remove forgets a plane (it is being deleted) and stops watching it.
 func (c *ClusterCache) Remove(key types.NamespacedName) {
 	c.mu.Lock()

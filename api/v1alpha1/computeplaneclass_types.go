@@ -311,6 +311,11 @@ type PlacementNamespaceDefaults struct {
 	// LimitRange is the container limit range of each placement namespace.
 	// +optional
 	LimitRange []corev1.LimitRangeItem `json:"limitRange,omitempty"`
+
+	// AllowPodExec lets the deployers (and so the placement releases' charts) exec into
+	// pods of the placement namespaces. Off by default.
+	// +optional
+	AllowPodExec bool `json:"allowPodExec,omitempty"`
 }
 
 // ComputePlaneClass is an operator-owned profile for ComputePlanes: Kubernetes version,
