@@ -37,7 +37,7 @@ func BenchmarkHardening(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = mgmt.Stop() }()
-	mgr, err := ctrl.NewManager(mgmt.Config, ctrl.Options{Scheme: scheme,
+	mgr, err := ctrl.NewManager(mgmt.Config, ctrl.Options{Scheme: scheme, Controller: benchControllers,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	if err != nil {
 		b.Fatal(err)
