@@ -15,15 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/test/devprovider"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // BenchmarkHardening measures, with a real tenant apiserver per plane (the dev provider
@@ -31,33 +26,16 @@ import (
 // reachable) to the ComputePlane's Ready, and the time from a drift (a policy deleted, a
 // namespace relabelled, the egress baseline deleted) to the object restored.
 func BenchmarkHardening(b *testing.B) {
-	scheme := controllers.NewScheme()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = mgmt.Stop() }()
-	mgr, err := ctrl.NewManager(mgmt.Config, ctrl.Options{Scheme: scheme, Controller: benchControllers,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	if err != nil {
-		b.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := controllers.Setup(ctx, mgr, controllers.Options{
-		Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}},
-		RequeueInterval:       30 * time.Second,
-		PlaneTimeout:          5 * time.Second,
-		PlaneUnreachableGrace: 10 * time.Second,
-	}); err != nil {
-		b.Fatal(err)
-	}
-	provider := &devprovider.Provider{Client: mgr.GetClient(), Scheme: scheme}
-	if err := provider.SetupWithManager(mgr); err != nil {
+	op := newOperator(b, ctx, nil)
+	scheme, mgmt := op.scheme, op.mgmt
+	provider := &devprovider.Provider{Client: op.mgr.GetClient(), Scheme: scheme}
+	if err := provider.SetupWithManager(op.mgr); err != nil {
 		b.Fatal(err)
 	}
 	defer provider.Stop()
-	go func() { _ = mgr.Start(ctx) }()
+	op.start(ctx)
 
 	c := mgmt.Client
 	class := &cpv1.ComputePlaneClass{ObjectMeta: metav1.ObjectMeta{Name: "bench-harden"}, Spec: cpv1.ComputePlaneClassSpec{

@@ -17,17 +17,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // benchControllers lets each benchmark start its own manager in the one process.
@@ -53,33 +48,12 @@ func (c *requestCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 // measures how long the operator takes until every one reports on its generation, and
 // how many API requests it makes per plane.
 func BenchmarkReconcileToSettled(b *testing.B) {
-	scheme := controllers.NewScheme()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = mgmt.Stop() }()
-
-	counter := &requestCounter{}
-	cfg := rest.CopyConfig(mgmt.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter }
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Controller: benchControllers,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	if err != nil {
-		b.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := controllers.Setup(ctx, mgr, controllers.Options{
-		Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
-		RequeueInterval:       30 * time.Second,
-		PlaneTimeout:          10 * time.Second,
-		PlaneUnreachableGrace: 30 * time.Second,
-	}); err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = mgr.Start(ctx) }()
-	mgr.GetCache().WaitForCacheSync(ctx)
+	counter := &requestCounter{}
+	op := newOperator(b, ctx, func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	op.start(ctx)
+	mgmt := op.mgmt
 
 	class := &cpv1.ComputePlaneClass{
 		ObjectMeta: metav1.ObjectMeta{Name: "bench"},
