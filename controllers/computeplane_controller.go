@@ -189,6 +189,11 @@ func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) 
 			}
 			return result, nil
 		}
+		if s.waiting {
+			// The phase polls for something (a plane that blipped, say) and said nothing
+			// new: later phases would only fail against the same thing.
+			return result, nil
+		}
 	}
 	return result, nil
 }
