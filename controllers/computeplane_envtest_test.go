@@ -171,7 +171,34 @@ func TestSteadyReconcileMakesNoWrites(t *testing.T) {
 	key := client.ObjectKeyFromObject(p)
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
 
-	var writes atomic.Int32
+	counting, writes := countingClient(t)
+	recorder := events.NewFakeRecorder(10)
+	r := &controllers.ComputePlaneReconciler{Client: counting, APIReader: counting, Events: recorder, RequeueInterval: time.Second}
+	for i := range 3 {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			t.Fatalf("reconcile %d: %v", i, err)
+		}
+	}
+	if n := writes.Load(); n != 0 {
+		t.Errorf("a steady reconcile made %d writes, want 0", n)
+	}
+	if n := len(recorder.Events); n != 0 {
+		t.Errorf("a steady reconcile emitted %d events, want 0", n)
+	}
+
+	// Control: the same client does count a reconcile that has something to change.
+	requestReconcile(t, ctx, p, "now")
+	_, _ = r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+	if writes.Load() == 0 {
+		t.Error("the counting client saw no write for a reconcile request; the no-write check above proves nothing")
+	}
+}
+
+// countingClient is a client of the management apiserver that counts every write
+// (create, update, patch, apply, delete, and the same on subresources).
+func countingClient(t *testing.T) (client.Client, *atomic.Int32) {
+	t.Helper()
+	writes := &atomic.Int32{}
 	count := func(string) { writes.Add(1) }
 	base, err := client.NewWithWatch(mgmt.Config, client.Options{Scheme: k8s.Scheme()})
 	if err != nil {
@@ -211,24 +238,5 @@ func TestSteadyReconcileMakesNoWrites(t *testing.T) {
 			return c.SubResource(sub).Apply(ctx, o, opts...)
 		},
 	})
-	recorder := events.NewFakeRecorder(10)
-	r := &controllers.ComputePlaneReconciler{Client: counting, APIReader: counting, Events: recorder, RequeueInterval: time.Second}
-	for i := range 3 {
-		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
-			t.Fatalf("reconcile %d: %v", i, err)
-		}
-	}
-	if n := writes.Load(); n != 0 {
-		t.Errorf("a steady reconcile made %d writes, want 0", n)
-	}
-	if n := len(recorder.Events); n != 0 {
-		t.Errorf("a steady reconcile emitted %d events, want 0", n)
-	}
-
-	// Control: the same client does count a reconcile that has something to change.
-	requestReconcile(t, ctx, p, "now")
-	_, _ = r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
-	if writes.Load() == 0 {
-		t.Error("the counting client saw no write for a reconcile request; the no-write check above proves nothing")
-	}
+	return counting, writes
 }

@@ -23,12 +23,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/remote"
 	"github.com/cozystack/computeplane/test/testenv"
 )
 
@@ -512,6 +515,25 @@ func TestHardeningOnARealPlane(t *testing.T) {
 
 	// A tenant with admin in its namespace sees its plane, not the admin kubeconfig.
 	tenantRBAC(t, ctx, p)
+
+	// A Ready plane is quiet: reconciling it again (hardening read-back, egress, identities
+	// included) writes nothing to the management cluster and emits no event.
+	counting, writes := countingClient(t)
+	recorder := events.NewFakeRecorder(10)
+	quiet := &controllers.ComputePlaneReconciler{Client: counting, APIReader: counting, Events: recorder,
+		RequeueInterval: time.Minute, TokenLifetime: time.Hour,
+		Planes: &remote.ClusterCache{Scheme: k8s.Scheme(), Timeout: 2 * time.Second, ProbeInterval: 2 * time.Second, Grace: time.Second}}
+	for i := range 2 {
+		if _, err := quiet.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			t.Fatalf("reconcile %d of a Ready plane: %v", i, err)
+		}
+	}
+	if n := writes.Load(); n != 0 {
+		t.Errorf("reconciling a Ready plane made %d writes, want 0", n)
+	}
+	if n := len(recorder.Events); n != 0 {
+		t.Errorf("reconciling a Ready plane emitted %d events: %v", n, <-recorder.Events)
+	}
 
 	var hrs helmv2.HelmReleaseList
 	if err := k8s.List(ctx, &hrs); err != nil {
