@@ -50,7 +50,10 @@ func TestAdmissionRejectsBadPlanes(t *testing.T) {
 			"spec.serviceAccess[0].name in body should match"},
 		{"system placement namespace", newPlane(ns, "p", "c", func(p *cpv1.ComputePlane) {
 			p.Spec.PlacementNamespaces = []string{"kube-system"}
-		}), "placementNamespaces may not name default or kube-* system namespaces"},
+		}), "placementNamespaces may not name default, kube-* or computeplane-* system namespaces"},
+		{"operator placement namespace", newPlane(ns, "p", "c", func(p *cpv1.ComputePlane) {
+			p.Spec.PlacementNamespaces = []string{"computeplane-system"}
+		}), "placementNamespaces may not name default, kube-* or computeplane-* system namespaces"},
 		{"missing class name", newPlane(ns, "p", ""), "spec.className in body should be at least 1 chars long"},
 	}
 	for _, tc := range cases {

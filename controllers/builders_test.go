@@ -2,15 +2,27 @@ package controllers_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"math/big"
 	"testing"
+	"time"
 
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/types"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers/render"
 )
 
 type planeOpt func(*cpv1.ComputePlane)
@@ -51,6 +63,7 @@ func newClass(name string, opts ...classOpt) *cpv1.ComputePlaneClass {
 	c := &cpv1.ComputePlaneClass{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: cpv1.ComputePlaneClassSpec{
+			AllowedNamespaces: &metav1.LabelSelector{}, // every namespace; tests of the selector set their own
 			KubernetesVersion: "v1.33.4",
 			Addons: []cpv1.SystemAddon{{
 				Name: "cilium", Role: cpv1.AddonRoleCNI, TargetNamespace: "kube-system",
@@ -69,7 +82,7 @@ func newClass(name string, opts ...classOpt) *cpv1.ComputePlaneClass {
 // tenantNamespace creates a namespace with a random suffix for one test.
 func tenantNamespace(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant-" + rand.String(6)}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant-" + utilrand.String(6)}}
 	if err := k8s.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
@@ -121,4 +134,65 @@ func createPlane(t *testing.T, ctx context.Context, className string) *cpv1.Comp
 		t.Fatal(err)
 	}
 	return p
+}
+
+// infraOf is the plane's dedicated infrastructure namespace for a class with the
+// default prefix (the plane must come from the API: the name carries its UID).
+func infraOf(p *cpv1.ComputePlane) string {
+	if p.UID == "" {
+		panic("infraOf needs a plane read from the API")
+	}
+	return render.InfrastructureNamespace(p, &cpv1.ComputePlaneClass{Spec: cpv1.ComputePlaneClassSpec{
+		Infrastructure: cpv1.InfrastructureProfile{Placement: cpv1.DedicatedNamespace, NamespacePrefix: "cp-"}}})
+}
+
+// planeOfLabels is the plane an operator-made object's labels name.
+func planeOfLabels(l map[string]string) *cpv1.ComputePlane {
+	return &cpv1.ComputePlane{ObjectMeta: metav1.ObjectMeta{Namespace: l[cpv1.PlaneNamespaceLabel], Name: l[cpv1.PlaneNameLabel],
+		UID: types.UID(l[cpv1.PlaneUIDLabel])}}
+}
+
+// fakeKubeconfig is a kubeconfig shaped like Kamaji's (inline CA, client certificate and
+// key of "kubernetes-super-admin") for server; mutUser edits the user entry and flags
+// are set true on the cluster entry. Nothing answers for it: it is for admission of the
+// credential, not for use.
+func fakeKubeconfig(t *testing.T, server string, mutUser func(map[string]any), clusterFlags ...string) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes-super-admin"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	user := map[string]any{
+		"client-certificate-data": base64.StdEncoding.EncodeToString(certPEM),
+		"client-key-data":         base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})),
+	}
+	if mutUser != nil {
+		mutUser(user)
+	}
+	cluster := map[string]any{"server": server, "certificate-authority-data": base64.StdEncoding.EncodeToString(certPEM)}
+	for _, f := range clusterFlags {
+		cluster[f] = true
+	}
+	cfg := map[string]any{
+		"apiVersion": "v1", "kind": "Config", "current-context": "admin@plane",
+		"clusters": []any{map[string]any{"name": "plane", "cluster": cluster}},
+		"users":    []any{map[string]any{"name": "admin", "user": user}},
+		"contexts": []any{map[string]any{"name": "admin@plane", "context": map[string]any{"cluster": "plane", "user": "admin"}}},
+	}
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

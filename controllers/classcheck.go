@@ -1,8 +1,10 @@
 package controllers
 
 import (
+	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -11,9 +13,10 @@ import (
 )
 
 // checkAgainstClass returns every way a plane's curated knobs exceed what its class
-// allows. The CRD schema checks each field on its own; only this check knows the class.
-func checkAgainstClass(spec *cpv1.ComputePlaneSpec, class *cpv1.ComputePlaneClassSpec) field.ErrorList {
-	var errs field.ErrorList
+// allows. The CRD schema checks each field on its own; only this check knows the class
+// (and the plane's namespace, which names a placement namespace too).
+func checkAgainstClass(namespace string, spec *cpv1.ComputePlaneSpec, class *cpv1.ComputePlaneClassSpec) field.ErrorList {
+	errs := checkPlacementNamespaces(namespace, spec, class)
 	limits := &class.NodeGroups
 	groups := field.NewPath("spec", "nodeGroups")
 
@@ -60,6 +63,44 @@ func checkAgainstClass(spec *cpv1.ComputePlaneSpec, class *cpv1.ComputePlaneClas
 				errs = append(errs, field.Invalid(gp.Child("count"), g.Count,
 					exceeds("the class's maxPerNode for "+g.DeviceName, maxPerNode)))
 			}
+		}
+	}
+	return errs
+}
+
+// checkPlacementNamespaces refuses placement namespaces where the deployer must not
+// get rights: system namespaces, the operator's own, the class's Pod Security exempt
+// namespaces (pod hardening does not apply there) and its add-ons' target namespaces
+// (their service accounts are trusted like the operator). The plane's own namespace
+// name is a placement namespace too.
+func checkPlacementNamespaces(namespace string, spec *cpv1.ComputePlaneSpec, class *cpv1.ComputePlaneClassSpec) field.ErrorList {
+	reserved := map[string]string{}
+	for _, n := range class.PodSecurity.ExemptNamespaces {
+		reserved[n] = "is exempt from Pod Security in the class"
+	}
+	for _, a := range class.Addons {
+		reserved[a.TargetNamespace] = "is add-on " + a.Name + "'s target namespace"
+	}
+	why := func(n string) string {
+		switch {
+		case reserved[n] != "":
+			return reserved[n]
+		case n == "default" || strings.HasPrefix(n, "kube-"):
+			return "is a Kubernetes system namespace"
+		case strings.HasPrefix(n, "computeplane-"):
+			return "is reserved for the operator"
+		}
+		return ""
+	}
+	var errs field.ErrorList
+	if w := why(namespace); w != "" {
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "namespace"),
+			fmt.Sprintf("%s is also the plane's placement namespace, and %s; create the ComputePlane in another namespace", namespace, w)))
+	}
+	for i, n := range spec.PlacementNamespaces {
+		if w := why(n); w != "" {
+			errs = append(errs, field.Forbidden(field.NewPath("spec", "placementNamespaces").Index(i),
+				fmt.Sprintf("%s %s; the deployer must not get rights there", n, w)))
 		}
 	}
 	return errs

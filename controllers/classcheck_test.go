@@ -51,7 +51,40 @@ func TestCheckAgainstClass(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			errs := checkAgainstClass(&cpv1.ComputePlaneSpec{ClassName: "c", NodeGroups: tc.groups}, &class)
+			errs := checkAgainstClass("tenant-a", &cpv1.ComputePlaneSpec{ClassName: "c", NodeGroups: tc.groups}, &class)
+			if len(errs) != len(tc.want) {
+				t.Fatalf("got %d errors %v, want %d", len(errs), errs, len(tc.want))
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(errs[i].Error(), w) {
+					t.Errorf("error %d = %q, want it to contain %q", i, errs[i].Error(), w)
+				}
+			}
+		})
+	}
+}
+
+func TestPlacementNamespacesAvoidPrivilegedOnes(t *testing.T) {
+	class := cpv1.ComputePlaneClassSpec{
+		PodSecurity: cpv1.PodSecurityProfile{ExemptNamespaces: []string{"kube-system", "cilium-system"}},
+		Addons:      []cpv1.SystemAddon{{Name: "certs", TargetNamespace: "cert-manager"}},
+	}
+	cases := []struct {
+		name       string
+		namespace  string
+		placements []string
+		want       []string
+	}{
+		{"ordinary", "tenant-a", []string{"notebooks"}, nil},
+		{"exempt namespace", "tenant-a", []string{"cilium-system"}, []string{"spec.placementNamespaces[0]: Forbidden: cilium-system is exempt from Pod Security"}},
+		{"add-on target", "tenant-a", []string{"notebooks", "cert-manager"}, []string{"spec.placementNamespaces[1]: Forbidden: cert-manager is add-on certs's target namespace"}},
+		{"operator namespace", "tenant-a", []string{"computeplane-system"}, []string{"reserved for the operator"}},
+		{"plane namespace named like a system one", "kube-public", nil, []string{"metadata.namespace: Forbidden: kube-public is also the plane's placement namespace"}},
+		{"plane namespace named like an add-on target", "cert-manager", nil, []string{"metadata.namespace: Forbidden: cert-manager"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := checkAgainstClass(tc.namespace, &cpv1.ComputePlaneSpec{ClassName: "c", PlacementNamespaces: tc.placements}, &class)
 			if len(errs) != len(tc.want) {
 				t.Fatalf("got %d errors %v, want %d", len(errs), errs, len(tc.want))
 			}

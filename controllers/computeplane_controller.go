@@ -14,7 +14,9 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -33,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/remote"
 )
 
@@ -104,9 +107,19 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
 		Watches(&clusterv1.MachineDeployment{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
 		Watches(&helmv2.HelmRelease{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
-		Watches(&ciliumv2.CiliumNetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
+		// A plane's baseline carries its labels; a namespace's default deny does not.
+		Watches(&ciliumv2.CiliumNetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []ctrl.Request {
+			if reqs := planeFromLabels(ctx, o); reqs != nil {
+				return reqs
+			}
+			return r.planesOfInfraNamespace(ctx, o)
+		})).
+		Watches(kamajiControlPlaneKind(), handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
 		// Kamaji's CAPI provider creates the TenantControlPlane without our labels.
 		Watches(&kamajiv1alpha1.TenantControlPlane{}, handler.EnqueueRequestsFromMapFunc(r.planesOfInfraNamespace)).
+		// A tenant namespace's labels decide which classes it may use; an infrastructure
+		// namespace in the way (not the plane's own) may be removed by a person.
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.planesOfNamespace)).
 		WithOptions(opts.Options).
 		Build(r)
 	if err != nil {
@@ -134,6 +147,10 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	plane := &cpv1.ComputePlane{}
 	if err := r.Get(ctx, req.NamespacedName, plane); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone, with or without its teardown: stop talking to it.
+			r.Planes.Remove(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 
@@ -163,18 +180,32 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 // failures (which back off); a stage that is not done records a non-True result.
 type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 
+// step is a phase and the condition it answers for: when the phase fails, that
+// condition is what could not be verified.
+type step struct {
+	condition string
+	run       phase
+}
+
 func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
-	phases := []phase{
-		r.reconcileValid,
-		r.reconcileProvisioning,
-		r.reconcileHardening,
-		r.reconcileEgress,
-		r.reconcileIdentities,
+	steps := []step{
+		{cpv1.ValidCondition, r.reconcileValid},
+		{cpv1.ProvisionedCondition, r.reconcileProvisioning},
+		{cpv1.PodSecurityCondition, r.reconcileHardening},
+		{cpv1.EgressCondition, r.reconcileEgress},
+		{cpv1.IdentitiesCondition, r.reconcileIdentities},
 	}
 	var result ctrl.Result
-	for _, p := range phases {
-		res, err := p(ctx, s)
+	for _, st := range steps {
+		res, err := st.run(ctx, s)
 		if err != nil {
+			// Whatever failed, the stage was not verified: it is not True, and the gate
+			// closes now rather than after the backoff this error starts.
+			s.failed(st.condition, err)
+			r.Planes.Failed(client.ObjectKeyFromObject(s.plane))
+			if rerr := r.revokeApplierCredential(ctx, s); rerr != nil {
+				err = kerrors.NewAggregate([]error{err, rerr})
+			}
 			return ctrl.Result{}, err
 		}
 		result = lowestRequeue(result, res)
@@ -223,9 +254,9 @@ type scope struct {
 	// waiting is set by a phase that polls for something that sends no event; the
 	// reconcile then has not finished with this generation.
 	waiting bool
-	// adminKubeconfig is the plane's admin credential, once provisioning verified it.
-	// It never leaves the operator's memory.
-	adminKubeconfig []byte
+	// admin is the plane's admin credential, once provisioning verified it. It never
+	// leaves the operator's memory.
+	admin *remote.AdminCredential
 }
 
 func (s *scope) observe(condition string, r stageResult) {
@@ -233,8 +264,28 @@ func (s *scope) observe(condition string, r stageResult) {
 	s.last = condition
 }
 
+// failed records that a stage could not be verified: unless the phase already said why
+// the stage is not True in this reconcile, the stage is False with the error.
+func (s *scope) failed(condition string, err error) {
+	if r, ok := s.results[condition]; ok && r.status != metav1.ConditionTrue {
+		s.last = condition
+		return
+	}
+	s.observe(condition, stageFalse(cpv1.VerificationFailedReason,
+		"could not be verified: %v; the gate stays closed and the operator retries with backoff", err))
+}
+
 // blocked reports the latest stage's result when it is not True.
 func (s *scope) blocked() (stageResult, bool) {
 	r, ok := s.results[s.last]
 	return r, ok && r.status != metav1.ConditionTrue
+}
+
+// kamajiControlPlaneKind is an empty KamajiControlPlane (its Go types cannot be a
+// dependency), for watching.
+func kamajiControlPlaneKind() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(render.KamajiAPIVersion)
+	u.SetKind(render.KamajiControlPlaneKind)
+	return u
 }

@@ -67,8 +67,9 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 	return ctrl.Result{}, nil
 }
 
+// planeSelector selects this plane's objects, not an earlier plane's of the same name.
 func (s *scope) planeSelector() client.MatchingLabels {
-	return client.MatchingLabels{cpv1.PlaneNameLabel: s.plane.Name, cpv1.PlaneNamespaceLabel: s.plane.Namespace}
+	return client.MatchingLabels(render.PlaneSelector(s.plane))
 }
 
 // deleteAddons suspends, then deletes, the add-on releases: the plane is about to go, so
@@ -175,8 +176,8 @@ func (r *ComputePlaneReconciler) deleteInfraNamespace(ctx context.Context, s *sc
 	if err := r.Get(ctx, client.ObjectKey{Name: ns}, obj); err != nil {
 		return apierrors.IsNotFound(err), "", client.IgnoreNotFound(err)
 	}
-	if obj.Labels[cpv1.PlaneNameLabel] != s.plane.Name || obj.Labels[cpv1.PlaneNamespaceLabel] != s.plane.Namespace {
-		return true, "", nil // not ours: leave it
+	if obj.Labels[cpv1.PlaneUIDLabel] != string(s.plane.UID) {
+		return true, "", nil // not created for this plane: never deleted
 	}
 	if obj.DeletionTimestamp.IsZero() {
 		return true, "", client.IgnoreNotFound(r.Delete(ctx, obj))

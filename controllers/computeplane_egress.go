@@ -3,11 +3,9 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"time"
+	"strings"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,44 +18,43 @@ import (
 
 // +kubebuilder:rbac:groups=cilium.io,resources=ciliumnetworkpolicies,verbs=get;list;watch;create;patch;delete
 
-// reconcileEgress applies the egress baseline CiliumNetworkPolicy next to the plane's VMs
-// and reads it back. A baseline that was verified and is now missing or changed is
-// reported Drifted first, and restored on the next pass.
+// PolicyRoleLabel tells the operator's CiliumNetworkPolicies apart by what they do.
+const PolicyRoleLabel = "computeplane.cozystack.io/policy"
+
+// reconcileEgress applies the plane's egress baseline and its infrastructure
+// namespace's default deny, and reads both back; their specs must be exactly as
+// generated (an added selector expression or a disabled default deny is a change). A
+// policy that was verified and is now missing or changed is reported Drifted first, and
+// restored on the next pass.
 func (r *ComputePlaneReconciler) reconcileEgress(ctx context.Context, s *scope) (ctrl.Result, error) {
 	p, class := s.plane, s.class
-	want := netpol.BaselinePolicy(netpol.Baseline{
-		Namespace:    p.Status.InfrastructureNamespace,
-		VMSelector:   map[string]string{cpv1.PlaneNameLabel: p.Name, cpv1.PlaneNamespaceLabel: p.Namespace},
-		ControlPlane: render.ClusterName(p),
-		Internet:     class.Spec.Egress.Internet == cpv1.InternetAllow,
-		Labels:       render.PlaneLabels(p),
-	})
-	hash, err := remote.AppliedHash(want)
+	ns := p.Status.InfrastructureNamespace
+	wants := []*ciliumv2.CiliumNetworkPolicy{defaultDenyPolicy(s, ns), baselinePolicy(s, ns)}
+
+	changed, err := r.unverifiedPolicies(ctx, r.Client, wants)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	current, err := r.baselineMatches(ctx, r.Client, want, hash)
-	if err != nil {
-		return ctrl.Result{}, err
+	if len(changed) > 0 && apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.EgressCondition) {
+		return r.reportDrift(s, client.ObjectKeyFromObject(p), describePolicies(changed), func() {
+			s.observe(cpv1.EgressCondition, stageFalse(DriftedReason,
+				"%s was removed or changed; restoring", strings.Join(describePolicies(changed), ", ")))
+		}), nil
 	}
-	if !current && apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.EgressCondition) {
-		r.Events.Eventf(p, nil, corev1.EventTypeWarning, DriftedReason, "Drift",
-			"CiliumNetworkPolicy %s/%s was removed or changed", want.Namespace, want.Name)
-		s.observe(cpv1.EgressCondition, stageFalse(DriftedReason,
-			"CiliumNetworkPolicy %s/%s was removed or changed; restoring", want.Namespace, want.Name))
-		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
-	}
-	if !current {
-		if _, err := remote.ApplyIfChanged(ctx, r.Client, want, FieldOwner); err != nil {
+	if len(changed) > 0 {
+		for _, want := range changed {
+			if _, err := remote.Apply(ctx, r.Client, want, FieldOwner, "spec"); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		// Read back from the API, not the cache, which may not have seen the writes yet.
+		notAsApplied, err := r.unverifiedPolicies(ctx, r.APIReader, changed)
+		if err != nil {
 			return ctrl.Result{}, err
 		}
-		// Read back from the API, not the cache, which may not have seen the write yet.
-		if current, err = r.baselineMatches(ctx, r.APIReader, want, hash); err != nil {
-			return ctrl.Result{}, err
-		}
-		if !current {
+		if len(notAsApplied) > 0 {
 			s.observe(cpv1.EgressCondition, stageFalse(NotVerifiedReason,
-				"CiliumNetworkPolicy %s/%s is not as applied on read-back", want.Namespace, want.Name))
+				"%s is not as applied on read-back", strings.Join(describePolicies(notAsApplied), ", ")))
 			s.waiting = true
 			return ctrl.Result{RequeueAfter: r.jitter()}, nil
 		}
@@ -67,19 +64,62 @@ func (r *ComputePlaneReconciler) reconcileEgress(ctx context.Context, s *scope) 
 		internet = "allowed"
 	}
 	s.observe(cpv1.EgressCondition, stageTrue(cpv1.SucceededReason, fmt.Sprintf(
-		"CiliumNetworkPolicy %s/%s: the management kube-apiserver and everything cluster-internal are denied but DNS and the plane's control plane; internet %s",
-		want.Namespace, want.Name, internet)))
+		"CiliumNetworkPolicies %s/%s and %s: the plane's VMs reach DNS and their own control plane, never the management kube-apiserver nor anything else cluster-internal; internet %s",
+		ns, wants[1].Name, wants[0].Name, internet)))
 	return ctrl.Result{}, nil
 }
 
-func (r *ComputePlaneReconciler) baselineMatches(ctx context.Context, c client.Reader, want *ciliumv2.CiliumNetworkPolicy, hash string) (bool, error) {
-	live := &ciliumv2.CiliumNetworkPolicy{}
-	err := c.Get(ctx, client.ObjectKeyFromObject(want), live)
-	if apierrors.IsNotFound(err) {
-		return false, nil
+func (r *ComputePlaneReconciler) unverifiedPolicies(ctx context.Context, c client.Reader, wants []*ciliumv2.CiliumNetworkPolicy) ([]*ciliumv2.CiliumNetworkPolicy, error) {
+	var out []*ciliumv2.CiliumNetworkPolicy
+	for _, want := range wants {
+		ok, err := remote.Verify(ctx, c, want, "spec")
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			out = append(out, want)
+		}
 	}
-	if err != nil {
-		return false, err
+	return out, nil
+}
+
+func describePolicies(ps []*ciliumv2.CiliumNetworkPolicy) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = "CiliumNetworkPolicy " + p.Namespace + "/" + p.Name
 	}
-	return live.DeletionTimestamp.IsZero() && live.Annotations[remote.AppliedHashAnnotation] == hash, nil
+	return out
+}
+
+// baselinePolicy is the plane's own egress baseline, named per plane and selecting its
+// VMs by the labels (UID included) the operator puts on their template.
+func baselinePolicy(s *scope, ns string) *ciliumv2.CiliumNetworkPolicy {
+	p := s.plane
+	return netpol.BaselinePolicy(netpol.Baseline{
+		Name:         netpol.BaselineName(p.Name, string(p.UID)),
+		Namespace:    ns,
+		VMSelector:   render.PlaneSelector(p),
+		ControlPlane: render.ClusterName(p),
+		Internet:     s.class.Spec.Egress.Internet == cpv1.InternetAllow,
+		Labels:       merge(render.PlaneLabels(p), map[string]string{PolicyRoleLabel: "egress-baseline"}),
+	})
+}
+
+// defaultDenyPolicy is the infrastructure namespace's default deny. It carries no plane
+// labels: it belongs to the namespace, not to any one plane.
+func defaultDenyPolicy(s *scope, ns string) *ciliumv2.CiliumNetworkPolicy {
+	return netpol.DefaultDeny(ns, ns == s.plane.Namespace, map[string]string{
+		render.ManagedByLabel: render.ManagedByValue,
+		PolicyRoleLabel:       "default-deny",
+	})
+}
+
+func merge(maps ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range maps {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
 }

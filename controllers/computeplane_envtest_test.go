@@ -22,6 +22,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/remote"
 )
 
 const settle = 20 * time.Second
@@ -173,7 +174,8 @@ func TestSteadyReconcileMakesNoWrites(t *testing.T) {
 
 	counting, writes := countingClient(t)
 	recorder := events.NewFakeRecorder(10)
-	r := &controllers.ComputePlaneReconciler{Client: counting, APIReader: counting, Events: recorder, RequeueInterval: time.Second}
+	r := &controllers.ComputePlaneReconciler{Client: counting, APIReader: counting, Events: recorder, RequeueInterval: time.Second,
+		Planes: &remote.ClusterCache{Scheme: k8s.Scheme(), Timeout: time.Second, ProbeInterval: time.Second, Grace: time.Second}}
 	for i := range 3 {
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
 			t.Fatalf("reconcile %d: %v", i, err)

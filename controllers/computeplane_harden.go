@@ -25,9 +25,6 @@ const (
 	// PlaneUnreachableReason: the plane's API server has not answered for longer than
 	// the grace period; the gate stays closed.
 	PlaneUnreachableReason = "PlaneUnreachable"
-	// KubeconfigUnusableReason: the admin kubeconfig cannot be used (no client
-	// certificate, malformed).
-	KubeconfigUnusableReason = "KubeconfigUnusable"
 	// DriftedReason: something the operator applied was removed or changed; the message
 	// names it, and the operator restores it.
 	DriftedReason = "Drifted"
@@ -42,22 +39,22 @@ const (
 // so the gate visibly closes while the plane is not as the operator left it.
 func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scope) (ctrl.Result, error) {
 	key := client.ObjectKeyFromObject(s.plane)
-	plane, err := r.Planes.Get(ctx, key, s.adminKubeconfig)
+	plane, err := r.Planes.Get(ctx, key, s.admin)
 	var unreachable *remote.UnreachableError
 	switch {
 	case errors.As(err, &unreachable):
 		s.waiting = true
 		if !unreachable.Past {
-			// A blip: keep what the conditions said and look again shortly.
+			// A blip: keep what the conditions said and look again shortly. A plane
+			// that cannot be reached cannot be deployed to either; past the grace the
+			// gate closes.
 			return ctrl.Result{RequeueAfter: r.jitter() / 4}, nil
 		}
 		s.observe(cpv1.PodSecurityCondition, stageFalse(PlaneUnreachableReason,
 			"%v; placement stays closed until it answers again", unreachable))
 		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	case err != nil:
-		s.observe(cpv1.PodSecurityCondition, stageFalse(KubeconfigUnusableReason, "%v", err))
-		s.waiting = true
-		return ctrl.Result{RequeueAfter: r.jitter()}, nil
+		return ctrl.Result{}, err
 	}
 	posture := postureFor(s.plane, s.class, plane.Identity)
 
@@ -67,7 +64,9 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 		return ctrl.Result{}, err
 	}
 	if wasVerified && found.Drifted() {
-		return r.reportDrift(s, key, found, append(found.Admission, found.PodSecurity...)), nil
+		return r.reportDrift(s, key, append(found.Admission, found.PodSecurity...), func() {
+			observeFindings(s, found, DriftedReason, "drifted, restoring")
+		}), nil
 	}
 
 	wrote, labelled, err := remote.Harden(ctx, plane.Client, posture, HardeningFieldOwner)
@@ -81,7 +80,9 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	if wasVerified && len(wrote) > 0 {
 		// Something changed between the look and the write: that is drift too, repaired
 		// already; report it so the gate visibly closed.
-		return r.reportDrift(s, key, remote.Findings{PodSecurity: wrote}, wrote), nil
+		return r.reportDrift(s, key, wrote, func() {
+			observeFindings(s, remote.Findings{PodSecurity: wrote}, DriftedReason, "drifted, restoring")
+		}), nil
 	}
 	if len(wrote)+len(labelled) > 0 {
 		if found, err = remote.Inspect(ctx, plane.Client, posture); err != nil {
@@ -99,13 +100,20 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	return ctrl.Result{RequeueAfter: r.jitter()}, nil
 }
 
-// reportDrift records a drift of a verified plane (conditions False/Drifted naming what,
-// a Warning event) and asks for the next pass at once, which restores it.
-func (r *ComputePlaneReconciler) reportDrift(s *scope, key client.ObjectKey, found remote.Findings, what []string) ctrl.Result {
+// reportDrift records a drift of a verified plane (observe sets the conditions False/
+// Drifted naming what; a Warning event) and asks for the pass that restores it: at once
+// the first time, later when drifts repeat, so another writer fighting the operator
+// cannot turn it (and the credential the gate revokes and re-issues) into a hot loop.
+func (r *ComputePlaneReconciler) reportDrift(s *scope, key client.ObjectKey, what []string, observe func()) ctrl.Result {
 	r.Planes.SetVerified(key, false)
-	r.Events.Eventf(s.plane, nil, corev1.EventTypeWarning, DriftedReason, "Drift", "The plane drifted: %s", strings.Join(what, "; "))
-	observeFindings(s, found, DriftedReason, "drifted, restoring")
-	return ctrl.Result{RequeueAfter: time.Millisecond}
+	delay, n := r.Planes.DriftDelay(key, time.Now())
+	msg := "The plane drifted: " + strings.Join(what, "; ")
+	if n > 1 {
+		msg += fmt.Sprintf(" (drift %d in a row: something keeps changing what the operator owns; restoring in %s)", n, delay.Round(time.Millisecond))
+	}
+	r.Events.Eventf(s.plane, nil, corev1.EventTypeWarning, DriftedReason, "Drift", "%s", msg)
+	observe()
+	return ctrl.Result{RequeueAfter: max(delay, time.Millisecond)}
 }
 
 func observeFindings(s *scope, f remote.Findings, reason, what string) {

@@ -3,11 +3,12 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,33 +36,52 @@ const (
 func ApplierSecretName(p *cpv1.ComputePlane) string { return p.Name + "-applier-kubeconfig" }
 
 // reconcileIdentities creates the deployers and the applier in the plane, reads them
-// back, and keeps the applier kubeconfig Secret in the tenant namespace: a token from the
-// TokenRequest API with a bounded lifetime, replaced once two thirds of it have passed,
-// or at once when the applier ServiceAccount was recreated.
+// back (content, not existence: an added rule or subject grants something), and keeps
+// the applier kubeconfig Secret in the tenant namespace: a token from the TokenRequest
+// API with a bounded lifetime, replaced once two thirds of it have passed, or at once
+// when the applier ServiceAccount was recreated. Identities that were verified and are
+// found changed are reported Drifted first, then restored.
 func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *scope) (ctrl.Result, error) {
 	p := s.plane
-	plane, err := r.Planes.Get(ctx, client.ObjectKeyFromObject(p), s.adminKubeconfig)
+	key := client.ObjectKeyFromObject(p)
+	plane, err := r.Planes.Get(ctx, key, s.admin)
 	if err != nil {
 		// Hardening has just talked to the plane; a failure here is transient.
 		return ctrl.Result{}, err
 	}
 	objs := remote.Identities([]string{p.Namespace}, placementNamespaces(p), s.class.Spec.PlacementNamespaces.AllowPodExec, render.PlaneLabels(p))
-	for _, o := range objs {
-		if _, err := remote.ApplyIfChanged(ctx, plane.Client, o, HardeningFieldOwner); err != nil {
+	changed, err := unverifiedIdentities(ctx, plane.Client, objs)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(changed) > 0 && apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.IdentitiesCondition) {
+		return r.reportDrift(s, key, changed, func() {
+			s.observe(cpv1.IdentitiesCondition, stageFalse(DriftedReason, "%s removed or changed; restoring", strings.Join(changed, ", ")))
+		}), nil
+	}
+	if len(changed) > 0 {
+		for _, o := range objs {
+			if _, err := remote.Apply(ctx, plane.Client, o, HardeningFieldOwner, remote.ExactFields(o)...); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		if changed, err = unverifiedIdentities(ctx, plane.Client, objs); err != nil {
 			return ctrl.Result{}, err
 		}
-	}
-	for _, o := range objs {
-		if err := plane.Client.Get(ctx, client.ObjectKeyFromObject(o), o.DeepCopyObject().(client.Object)); err != nil {
-			s.observe(cpv1.IdentitiesCondition, stageFalse(IdentitiesFailedReason, "%s %s/%s is missing on read-back: %v",
-				o.GetObjectKind().GroupVersionKind().Kind, o.GetNamespace(), o.GetName(), err))
-			return ctrl.Result{RequeueAfter: r.jitter()}, client.IgnoreNotFound(err)
+		if len(changed) > 0 {
+			s.observe(cpv1.IdentitiesCondition, stageFalse(IdentitiesFailedReason, "%s not as applied on read-back", strings.Join(changed, ", ")))
+			s.waiting = true
+			return ctrl.Result{RequeueAfter: r.jitter()}, nil
 		}
 	}
 
-	expires, err := r.ensureApplierSecret(ctx, s, plane)
+	expires, conflict, err := r.ensureApplierSecret(ctx, s, plane)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if conflict != "" {
+		s.observe(cpv1.IdentitiesCondition, stageTerminal(IdentitiesFailedReason, "%s", conflict))
+		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
 	rotateAt := expires.Add(-r.TokenLifetime / 3)
 	s.observe(cpv1.IdentitiesCondition, stageTrue(cpv1.SucceededReason, fmt.Sprintf(
@@ -71,36 +91,56 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 	return ctrl.Result{RequeueAfter: max(time.Until(rotateAt), time.Second)}, nil
 }
 
+// unverifiedIdentities lists the identity objects that are missing or differ from what
+// the operator writes, reading the plane directly.
+func unverifiedIdentities(ctx context.Context, c client.Client, objs []client.Object) ([]string, error) {
+	var out []string
+	for _, o := range objs {
+		ok, err := remote.Verify(ctx, c, o, remote.ExactFields(o)...)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			out = append(out, fmt.Sprintf("%s %s/%s", o.GetObjectKind().GroupVersionKind().Kind, o.GetNamespace(), o.GetName()))
+		}
+	}
+	return out, nil
+}
+
 // ensureApplierSecret issues a new token when the Secret is missing, its token is past
 // two thirds of its lifetime, or it belongs to an earlier applier ServiceAccount. It
-// returns when the token in the Secret expires.
-func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *scope, plane *remote.Plane) (time.Time, error) {
+// returns when the token in the Secret expires, or why it cannot write the Secret (one
+// of that name exists and is not this plane's: never adopted).
+func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *scope, plane *remote.Plane) (time.Time, string, error) {
 	p := s.plane
 	sa := &corev1.ServiceAccount{}
 	if err := plane.Client.Get(ctx, client.ObjectKey{Namespace: remote.ApplierNamespace, Name: remote.ApplierName}, sa); err != nil {
-		return time.Time{}, err
+		return time.Time{}, "", err
 	}
 	secret := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: ApplierSecretName(p)}, secret)
 	if err != nil && !apierrors.IsNotFound(err) {
-		return time.Time{}, err
+		return time.Time{}, "", err
 	}
 	exists := err == nil
+	if exists && !metav1.IsControlledBy(secret, p) {
+		return time.Time{}, fmt.Sprintf("Secret %s/%s exists and was not created for this ComputePlane; the operator never overwrites it: delete or rename it", p.Namespace, secret.Name), nil
+	}
 	if exists {
 		expires, perr := time.Parse(time.RFC3339, secret.Annotations[TokenExpiresAtAnnotation])
 		if perr == nil && secret.Annotations[ApplierUIDAnnotation] == string(sa.UID) &&
 			time.Until(expires) > r.TokenLifetime/3 && len(secret.Data[ApplierKubeconfigKey]) > 0 {
-			return expires, nil
+			return expires, "", nil
 		}
 	}
 
 	token, err := remote.IssueApplierToken(ctx, plane.Client, r.TokenLifetime)
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, "", err
 	}
-	kubeconfig, err := remote.ApplierKubeconfig(s.adminKubeconfig, token.Token)
+	kubeconfig, err := remote.ApplierKubeconfig(s.admin, token.Token)
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, "", err
 	}
 	if !exists {
 		secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: ApplierSecretName(p)}}
@@ -115,7 +155,7 @@ func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *sco
 	secret.Type = corev1.SecretTypeOpaque
 	secret.Data = map[string][]byte{ApplierKubeconfigKey: kubeconfig}
 	if err := controllerutil.SetControllerReference(p, secret, r.Scheme()); err != nil {
-		return time.Time{}, err
+		return time.Time{}, "", err
 	}
 	if exists {
 		err = r.Update(ctx, secret)
@@ -123,35 +163,48 @@ func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *sco
 		err = r.Create(ctx, secret)
 	}
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, "", err
 	}
 	r.Events.Eventf(p, nil, corev1.EventTypeNormal, "CredentialIssued", "Issue",
 		"Applier kubeconfig %s issued, valid until %s", secret.Name, token.ExpiresAt.UTC().Format(time.RFC3339))
-	return token.ExpiresAt, nil
+	return token.ExpiresAt, "", nil
 }
 
-// revokeApplierCredential deletes the applier kubeconfig Secret: with it gone, every
-// release that references it fails closed (Flux applies nothing anywhere). It also
-// removes the applier's right to impersonate in the plane, when the plane answers, so a
-// copy of the token is worthless before it expires; reopening the gate restores both.
+// revokeApplierCredential closes the gate's credential: it deletes the applier
+// kubeconfig Secret (every release that references it then fails closed: Flux applies
+// nothing anywhere) and, when the plane answers, the applier ServiceAccount and its
+// impersonation bindings in the plane, so any copy of a token (a tenant can read the
+// Secret while the gate is open) stops working at once. Both halves run whether or not
+// the other still had something to remove: a tenant that copied the token and deleted the
+// Secret does not keep the token alive. It reads before it writes, so a closed gate costs
+// no write; reopening the gate recreates the identities and issues a new token.
 func (r *ComputePlaneReconciler) revokeApplierCredential(ctx context.Context, s *scope) error {
 	p := s.plane
-	// Look first (a read), so a plane that never had a credential makes no write.
+	var revoked []string
 	secret := &corev1.Secret{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: ApplierSecretName(p)}, secret); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if err := r.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: ApplierSecretName(p)}, secret); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
 		return err
-	}
-	unbound := "the plane did not answer, so its token stays valid until it expires"
-	if plane, ok := r.Planes.Existing(client.ObjectKeyFromObject(p)); ok {
-		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: remote.ApplierName}}
-		if err := client.IgnoreNotFound(plane.Client.Delete(ctx, rb)); err == nil {
-			unbound = "and its right to impersonate in the plane removed"
+	case metav1.IsControlledBy(secret, p):
+		if err := client.IgnoreNotFound(r.Delete(ctx, secret)); err != nil {
+			return err
 		}
+		revoked = append(revoked, "Secret "+p.Namespace+"/"+secret.Name)
 	}
-	r.Events.Eventf(p, nil, corev1.EventTypeWarning, "CredentialRevoked", "Revoke",
-		"Applier kubeconfig %s deleted (the plane is not Ready), %s", secret.Name, unbound)
+	unbound := ""
+	if plane, ok := r.Planes.Existing(ctx, client.ObjectKeyFromObject(p)); ok {
+		removed, err := remote.RevokeApplier(ctx, plane.Client, []string{p.Namespace}, render.PlaneSelector(p))
+		revoked = append(revoked, removed...)
+		if err != nil {
+			unbound = fmt.Sprintf("; the plane refused removing the applier (%v), so its token stays valid until it expires or the plane answers", err)
+		}
+	} else if len(revoked) > 0 {
+		unbound = "; the plane does not answer, so the applier's token is taken away when it does (it is useless until then)"
+	}
+	if len(revoked) > 0 || unbound != "" {
+		r.Events.Eventf(p, nil, corev1.EventTypeWarning, "CredentialRevoked", "Revoke",
+			"The plane is not Ready: removed %s%s", strings.Join(revoked, ", "), unbound)
+	}
 	return nil
 }

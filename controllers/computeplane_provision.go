@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	fluxmeta "github.com/fluxcd/pkg/apis/meta"
@@ -14,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -44,8 +44,12 @@ const (
 	WaitingForInfrastructureReason = "WaitingForInfrastructure"
 	// WaitingForControlPlaneReason: the Kamaji control plane is not Ready yet.
 	WaitingForControlPlaneReason = "WaitingForControlPlane"
-	// WaitingForKubeconfigReason: Kamaji has not written a usable admin kubeconfig yet.
+	// WaitingForKubeconfigReason: Kamaji has not written the admin kubeconfig yet.
 	WaitingForKubeconfigReason = "WaitingForKubeconfig"
+	// KubeconfigUnusableReason: the admin kubeconfig is not one the operator accepts:
+	// anything but inline client certificate, key and CA data for a server the control
+	// plane reports (a token, tokenFile, exec, a proxy, a foreign server, ...).
+	KubeconfigUnusableReason = "KubeconfigUnusable"
 	// RenderFailedReason: the spec cannot be turned into infrastructure (terminal).
 	RenderFailedReason = "RenderFailed"
 )
@@ -69,10 +73,18 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 	}
 
 	if graph.Namespace != nil {
-		if _, err := remote.ApplyIfChanged(ctx, r.Client, graph.Namespace, FieldOwner); err != nil {
-			return ctrl.Result{}, err
+		if conflict, err := r.ensureInfraNamespace(ctx, s, graph.Namespace); err != nil || conflict != "" {
+			if conflict != "" {
+				s.observe(cpv1.ProvisionedCondition, stageTerminal(cpv1.InfrastructureConflictReason, "%s", conflict))
+			}
+			return ctrl.Result{RequeueAfter: r.jitter()}, err
 		}
 	}
+	// Before anything that makes VMs: the namespace's always-on default deny.
+	if err := r.ensureDefaultDeny(ctx, s, infraNS); err != nil {
+		return ctrl.Result{}, err
+	}
+	var restored []string
 	for _, obj := range graph.Objects {
 		if obj.GetNamespace() == p.Namespace {
 			// Same namespace (TenantNamespace placement): owner references work, and
@@ -81,9 +93,17 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 				return ctrl.Result{}, err
 			}
 		}
-		if _, err := remote.ApplyIfChanged(ctx, r.Client, obj, FieldOwner); err != nil {
+		res, err := remote.Apply(ctx, r.Client, obj, FieldOwner)
+		if err != nil {
 			return ctrl.Result{}, err
 		}
+		if res == remote.Restored {
+			restored = append(restored, fmt.Sprintf("%s %s/%s", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName()))
+		}
+	}
+	if len(restored) > 0 {
+		r.Events.Eventf(p, nil, corev1.EventTypeWarning, DriftedReason, "Drift",
+			"Restored what someone changed in %s", strings.Join(restored, ", "))
 	}
 	if err := r.pruneNodeGroups(ctx, s, graph); err != nil {
 		return ctrl.Result{}, err
@@ -100,14 +120,51 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 		p.Status.Endpoint = obs.tcp.Status.ControlPlaneEndpoint
 		p.Status.Version = obs.tcp.Status.Kubernetes.Version.Version
 	}
-	if res.status != metav1.ConditionTrue && res.reason == WaitingForKubeconfigReason {
+	if res.status != metav1.ConditionTrue && (res.reason == WaitingForKubeconfigReason || res.reason == KubeconfigUnusableReason) {
 		// Kamaji writes the Secret before it updates its status, and Secrets are not
 		// watched (the operator never caches Secrets cluster-wide): look again soon.
 		s.waiting = true
 		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
-	s.adminKubeconfig = obs.kubeconfig
+	s.admin = obs.credential
 	return ctrl.Result{}, nil
+}
+
+// ensureInfraNamespace creates the dedicated namespace, marked with the plane's UID, or
+// finds it marked so. A namespace without the mark is never used, labelled or deleted:
+// it returns why, for a person to act on.
+func (r *ComputePlaneReconciler) ensureInfraNamespace(ctx context.Context, s *scope, want *corev1.Namespace) (string, error) {
+	live := &corev1.Namespace{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(want), live)
+	switch {
+	case apierrors.IsNotFound(err):
+		create := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: want.Name, Labels: want.Labels}}
+		if err := r.Create(ctx, create, client.FieldOwner(FieldOwner)); err != nil {
+			// AlreadyExists: created in between, by someone; the next look decides.
+			return "", err
+		}
+		return "", nil
+	case err != nil:
+		return "", err
+	case live.Labels[cpv1.PlaneUIDLabel] != string(s.plane.UID):
+		return fmt.Sprintf("namespace %s was not created for this ComputePlane (its %s label is %q); the operator never adopts a namespace: a platform operator must check what it holds and delete or rename it",
+			want.Name, cpv1.PlaneUIDLabel, live.Labels[cpv1.PlaneUIDLabel]), nil
+	}
+	// Ours: keep its labels as rendered (Pod Security for the VMs, the plane's links).
+	_, err = remote.Apply(ctx, r.Client, want, FieldOwner)
+	return "", err
+}
+
+// ensureDefaultDeny creates the namespace's always-on default deny if it is missing.
+// Its content is verified (and a change reported as drift) by the egress stage.
+func (r *ComputePlaneReconciler) ensureDefaultDeny(ctx context.Context, s *scope, ns string) error {
+	want := defaultDenyPolicy(s, ns)
+	err := r.Get(ctx, client.ObjectKeyFromObject(want), &ciliumv2.CiliumNetworkPolicy{})
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	_, err = remote.Apply(ctx, r.Client, want, FieldOwner, "spec")
+	return err
 }
 
 // providerObservation is what the providers report about a plane.
@@ -115,10 +172,13 @@ type providerObservation struct {
 	cluster          *clusterv1.Cluster
 	tcp              *kamajiv1alpha1.TenantControlPlane
 	kubeconfigSecret string
-	kubeconfigErr    string
-	kubeconfig       []byte
-	machineDeploys   []clusterv1.MachineDeployment
-	addons           []helmv2.HelmRelease
+	// kubeconfigMissing says why there is nothing to use yet; kubeconfigUnusable why
+	// what Kamaji wrote is refused.
+	kubeconfigMissing  string
+	kubeconfigUnusable string
+	credential         *remote.AdminCredential
+	machineDeploys     []clusterv1.MachineDeployment
+	addons             []helmv2.HelmRelease
 }
 
 // observeProviders reads what the providers report; withKubeconfig also reads and checks
@@ -158,12 +218,17 @@ func (r *ComputePlaneReconciler) observeProviders(ctx context.Context, s *scope,
 		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: obs.kubeconfigSecret}, secret)
 		switch {
 		case apierrors.IsNotFound(err):
-			obs.kubeconfigErr = "does not exist yet"
+			obs.kubeconfigMissing = "does not exist yet"
 		case err != nil:
 			return nil, err
+		case len(secret.Data[render.AdminKubeconfigKey]) == 0:
+			obs.kubeconfigMissing = "has no key " + render.AdminKubeconfigKey + " yet"
 		default:
-			obs.kubeconfig = secret.Data[render.AdminKubeconfigKey]
-			obs.kubeconfigErr = checkKubeconfig(obs.kubeconfig)
+			cred, perr := remote.ParseAdminKubeconfig(secret.Data[render.AdminKubeconfigKey], controlPlaneServers(obs.tcp))
+			if perr != nil {
+				obs.kubeconfigUnusable = "key " + render.AdminKubeconfigKey + " " + perr.Error()
+			}
+			obs.credential = cred
 		}
 	}
 	return obs, nil
@@ -184,20 +249,23 @@ func (o *providerObservation) workerVersion(classVersion string) string {
 	return render.WorkerVersion(classVersion, cpVersion, cpReady, workers)
 }
 
-// checkKubeconfig returns why a kubeconfig is unusable, or "".
-func checkKubeconfig(data []byte) string {
-	if len(data) == 0 {
-		return "has no key " + render.AdminKubeconfigKey
+// controlPlaneServers are the addresses the TenantControlPlane itself reports for its
+// API server: its endpoint, and its Service's in-cluster names (Kamaji's .svc
+// kubeconfigs use https://<name>.<namespace>.svc:<port>). The admin kubeconfig may point
+// nowhere else.
+func controlPlaneServers(tcp *kamajiv1alpha1.TenantControlPlane) []string {
+	var out []string
+	if ep := tcp.Status.ControlPlaneEndpoint; ep != "" {
+		out = append(out, "https://"+ep)
 	}
-	cfg, err := clientcmd.Load(data)
-	if err != nil {
-		return "key " + render.AdminKubeconfigKey + " is not a kubeconfig"
+	port := tcp.Spec.NetworkProfile.Port
+	if port == 0 {
+		port = 6443
 	}
-	cc := clientcmd.NewDefaultClientConfig(*cfg, nil)
-	if _, err := cc.ClientConfig(); err != nil {
-		return "key " + render.AdminKubeconfigKey + " has no usable context"
+	for _, domain := range []string{"svc", "svc.cluster.local"} {
+		out = append(out, fmt.Sprintf("https://%s.%s.%s:%d", tcp.Name, tcp.Namespace, domain, port))
 	}
-	return ""
+	return out
 }
 
 // pruneNodeGroups deletes MachineDeployments of node groups that are gone, and machine
@@ -205,7 +273,7 @@ func checkKubeconfig(data []byte) string {
 // (a rolled template stays until CAPI has replaced the machines built from it).
 func (r *ComputePlaneReconciler) pruneNodeGroups(ctx context.Context, s *scope, graph *render.Graph) error {
 	ns := s.plane.Status.InfrastructureNamespace
-	planeSel := client.MatchingLabels{cpv1.PlaneNameLabel: s.plane.Name, cpv1.PlaneNamespaceLabel: s.plane.Namespace}
+	planeSel := s.planeSelector()
 	wantMD, wantInfra, wantBoot := sets.New[string](), sets.New[string](), sets.New[string]()
 	for _, g := range graph.NodeGroups {
 		wantMD.Insert(g.MachineDeployment.Name)
@@ -282,8 +350,12 @@ func provisioningResult(o *providerObservation) stageResult {
 	if o.kubeconfigSecret == "" {
 		return stageFalse(WaitingForKubeconfigReason, "TenantControlPlane %s names no admin kubeconfig Secret yet", o.tcp.Name)
 	}
-	if o.kubeconfigErr != "" {
-		return stageFalse(WaitingForKubeconfigReason, "admin kubeconfig Secret %s %s", o.kubeconfigSecret, o.kubeconfigErr)
+	if o.kubeconfigMissing != "" {
+		return stageFalse(WaitingForKubeconfigReason, "admin kubeconfig Secret %s %s", o.kubeconfigSecret, o.kubeconfigMissing)
+	}
+	if o.kubeconfigUnusable != "" {
+		return stageFalse(KubeconfigUnusableReason, "admin kubeconfig Secret %s %s; nothing was sent to the plane. Kamaji writes a usable one; look for what changed it",
+			o.kubeconfigSecret, o.kubeconfigUnusable)
 	}
 	return stageTrue(cpv1.SucceededReason, fmt.Sprintf("Control plane %s is up at %s; %s; %s",
 		o.tcp.Status.Kubernetes.Version.Version, o.tcp.Status.ControlPlaneEndpoint,

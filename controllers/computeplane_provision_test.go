@@ -56,8 +56,11 @@ func TestProvisioningResult(t *testing.T) {
 			"False", WaitingForControlPlaneReason, "does not report the control plane of Cluster p initialized"},
 		{"no secret name", providerObservation{cluster: initialized, tcp: tcp(kamajiv1alpha1.VersionReady, "")},
 			"False", WaitingForKubeconfigReason, "names no admin kubeconfig"},
-		{"secret unusable", providerObservation{cluster: initialized, tcp: tcp(kamajiv1alpha1.VersionReady, "s"), kubeconfigSecret: "s", kubeconfigErr: "has no key super-admin.svc"},
+		{"secret without the key", providerObservation{cluster: initialized, tcp: tcp(kamajiv1alpha1.VersionReady, "s"), kubeconfigSecret: "s", kubeconfigMissing: "has no key super-admin.svc yet"},
 			"False", WaitingForKubeconfigReason, "admin kubeconfig Secret s has no key super-admin.svc"},
+		{"kubeconfig refused", providerObservation{cluster: initialized, tcp: tcp(kamajiv1alpha1.VersionReady, "s"), kubeconfigSecret: "s",
+			kubeconfigUnusable: "key super-admin.svc sets users[].user.tokenFile"},
+			"False", KubeconfigUnusableReason, "admin kubeconfig Secret s key super-admin.svc sets users[].user.tokenFile; nothing was sent to the plane"},
 		{"up, scale-from-zero group does not block", providerObservation{cluster: initialized, tcp: tcp(kamajiv1alpha1.VersionReady, "s"), kubeconfigSecret: "s",
 			machineDeploys: []clusterv1.MachineDeployment{md("workers", ptr.To[int32](2), ptr.To[int32](3)), md("gpu", nil, nil)}},
 			"True", cpv1.SucceededReason, "node groups: workers 2 available (of 3), gpu 0 available (of 0); no add-ons"},
@@ -78,20 +81,16 @@ func TestProvisioningResult(t *testing.T) {
 	}
 }
 
-func TestCheckKubeconfig(t *testing.T) {
-	good := []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: https://x:6443}}]\n" +
-		"users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n")
-	for name, tc := range map[string]struct {
-		data []byte
-		want string
-	}{
-		"missing":    {nil, "has no key"},
-		"garbage":    {[]byte("{["), "is not a kubeconfig"},
-		"no context": {[]byte("apiVersion: v1\nkind: Config\n"), "has no usable context"},
-		"good":       {good, ""},
-	} {
-		if got := checkKubeconfig(tc.data); (tc.want == "" && got != "") || !strings.Contains(got, tc.want) {
-			t.Errorf("%s: got %q, want %q", name, got, tc.want)
-		}
+func TestControlPlaneServers(t *testing.T) {
+	tcp := &kamajiv1alpha1.TenantControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: "cp-a-1234", Name: "p"}}
+	tcp.Status.ControlPlaneEndpoint = "10.0.0.1:6443"
+	got := strings.Join(controlPlaneServers(tcp), " ")
+	if want := "https://10.0.0.1:6443 https://p.cp-a-1234.svc:6443 https://p.cp-a-1234.svc.cluster.local:6443"; got != want {
+		t.Errorf("servers = %s, want %s", got, want)
+	}
+	tcp.Status.ControlPlaneEndpoint = ""
+	tcp.Spec.NetworkProfile.Port = 443
+	if got := strings.Join(controlPlaneServers(tcp), " "); got != "https://p.cp-a-1234.svc:443 https://p.cp-a-1234.svc.cluster.local:443" {
+		t.Errorf("servers without an endpoint = %s", got)
 	}
 }

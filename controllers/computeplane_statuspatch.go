@@ -8,6 +8,7 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -47,8 +48,13 @@ func (r *ComputePlaneReconciler) patchStatus(ctx context.Context, s *scope, befo
 	if equality.Semantic.DeepEqual(ownedStatus(before), after) {
 		return nil
 	}
+	if err := applyStatus(ctx, r.Client, p, after); err != nil {
+		return err
+	}
+	// Only what was written is news: a failed patch is retried, and its transitions
+	// are reported then.
 	r.recordTransitions(p, before.Conditions)
-	return applyStatus(ctx, r.Client, p, after)
+	return nil
 }
 
 // ownedStatus is the part of a status this reconciler applies.
@@ -73,9 +79,12 @@ func applyStatus(ctx context.Context, c client.Client, p *cpv1.ComputePlane, st 
 	u.SetGroupVersionKind(cpv1.GroupVersion.WithKind("ComputePlane"))
 	u.SetName(p.Name)
 	u.SetNamespace(p.Namespace)
-	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
-		client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("patching status: %w", client.IgnoreNotFound(err))
+	err = c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
+	if apierrors.IsNotFound(err) {
+		return nil // deleted meanwhile: nothing left to report on
+	}
+	if err != nil {
+		return fmt.Errorf("patching status: %w", err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,7 +16,7 @@ import (
 // +kubebuilder:webhook:path=/validate-computeplane-cozystack-io-v1alpha1-computeplane,mutating=false,failurePolicy=fail,sideEffects=None,groups=computeplane.cozystack.io,resources=computeplanes,verbs=create,versions=v1alpha1,name=vcomputeplane.computeplane.cozystack.io,admissionReviewVersions=v1,timeoutSeconds=5
 
 // ComputePlaneValidator refuses what the CRD schema cannot see: a second ComputePlane in
-// a namespace. It reads the API directly, not the cache, so a plane created a moment ago
+// a namespace, and a class that does not allow the namespace. It reads the API directly, not the cache, so a plane created a moment ago
 // counts; creates racing past it are settled by the reconciler (the older plane wins).
 type ComputePlaneValidator struct {
 	Reader client.Reader
@@ -39,11 +40,24 @@ func (v *ComputePlaneValidator) ValidateCreate(ctx context.Context, p *cpv1.Comp
 					p.Namespace, other.Name))
 		}
 	}
-	var warnings admission.Warnings
-	if err := v.Reader.Get(ctx, client.ObjectKey{Name: p.Spec.ClassName}, &cpv1.ComputePlaneClass{}); apierrors.IsNotFound(err) {
-		warnings = append(warnings, fmt.Sprintf("ComputePlaneClass %q does not exist yet; the plane waits for it", p.Spec.ClassName))
+	class := &cpv1.ComputePlaneClass{}
+	switch err := v.Reader.Get(ctx, client.ObjectKey{Name: p.Spec.ClassName}, class); {
+	case apierrors.IsNotFound(err):
+		// The controller checks the namespace once the class exists.
+		return admission.Warnings{fmt.Sprintf("ComputePlaneClass %q does not exist yet; the plane waits for it", p.Spec.ClassName)}, nil
+	case err != nil:
+		return nil, apierrors.NewInternalError(fmt.Errorf("reading ComputePlaneClass %q: %w", p.Spec.ClassName, err))
 	}
-	return warnings, nil
+	ns := &corev1.Namespace{}
+	if err := v.Reader.Get(ctx, client.ObjectKey{Name: p.Namespace}, ns); err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("reading namespace %q: %w", p.Namespace, err))
+	}
+	if !namespaceAllowed(class.Spec.AllowedNamespaces, ns.Labels) {
+		return nil, apierrors.NewForbidden(cpv1.GroupVersion.WithResource("computeplanes").GroupResource(), p.Name,
+			fmt.Errorf("ComputePlaneClass %q does not allow namespace %q (its spec.allowedNamespaces %s); use a class this namespace may use",
+				class.Name, p.Namespace, selectorString(class.Spec.AllowedNamespaces)))
+	}
+	return nil, nil
 }
 
 // ValidateUpdate has nothing to add to the schema's rules.

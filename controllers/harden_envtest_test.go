@@ -31,6 +31,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/netpol"
 	"github.com/cozystack/computeplane/remote"
 	"github.com/cozystack/computeplane/test/testenv"
 )
@@ -39,7 +40,7 @@ import (
 // real second apiserver: conditions, TenantControlPlane status, admin kubeconfig Secret.
 func provideWithTenant(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, tenant *testenv.Cluster) {
 	t.Helper()
-	infra := "cp-" + p.Namespace
+	infra := infraOf(p)
 	cluster := &clusterv1.Cluster{}
 	eventually(t, settle, func() error {
 		return k8s.Get(ctx, client.ObjectKey{Namespace: infra, Name: p.Name}, cluster)
@@ -69,7 +70,7 @@ func provideWithTenant(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, 
 func operatorClient(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) client.Client {
 	t.Helper()
 	secret := &corev1.Secret{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "cp-" + p.Namespace, Name: p.Name + "-admin-kubeconfig"}, secret); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: infraOf(p), Name: p.Name + "-admin-kubeconfig"}, secret); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data["super-admin.svc"])
@@ -148,10 +149,10 @@ func tenantRBAC(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) {
 		}
 		return nil
 	})
-	if can("get", "secrets", "", "cp-"+p.Namespace, p.Name+"-admin-kubeconfig") {
+	if can("get", "secrets", "", infraOf(p), p.Name+"-admin-kubeconfig") {
 		t.Error("the tenant can read the admin kubeconfig")
 	}
-	if can("list", "secrets", "", "cp-"+p.Namespace, "") {
+	if can("list", "secrets", "", infraOf(p), "") {
 		t.Error("the tenant can list Secrets in the infrastructure namespace")
 	}
 }
@@ -231,7 +232,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 	// The egress baseline is in the infrastructure namespace, accepted by the real Cilium
 	// schema, and comes back when deleted.
 	cnp := &ciliumv2.CiliumNetworkPolicy{}
-	cnpKey := client.ObjectKey{Namespace: "cp-" + p.Namespace, Name: "computeplane-egress-baseline"}
+	cnpKey := client.ObjectKey{Namespace: infraOf(p), Name: netpol.BaselineName(p.Name, string(p.UID))}
 	if err := k8s.Get(ctx, cnpKey, cnp); err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +317,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 				AdmissionReviewVersions: []string{"v1"},
 				ClientConfig:            admissionv1.WebhookClientConfig{URL: ptr.To("https://example.com/inject")}}}}
 		return mallory.Create(ctx, hook, client.DryRunAll)
-	}, "admission configuration of a ComputePlane is owned by the operator")
+	}, "admission configuration and API registration of a ComputePlane are owned by the operator")
 
 	// A namespace created later gets labelled.
 	if err := tc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "late"}}); err != nil {
@@ -404,7 +405,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 	// no Secret holding it exists in the tenant namespace.
 	eventually(t, settle, conditionIs(ctx, key, cpv1.IdentitiesCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 	adminSecret := &corev1.Secret{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "cp-" + p.Namespace, Name: p.Name + "-admin-kubeconfig"}, adminSecret); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: infraOf(p), Name: p.Name + "-admin-kubeconfig"}, adminSecret); err != nil {
 		t.Fatal(err)
 	}
 	adminCfg, err := clientcmd.RESTConfigFromKubeConfig(adminSecret.Data["super-admin.svc"])
@@ -543,7 +544,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		// Every plane's admin kubeconfig is referenced only from its own infrastructure
 		// namespace, by the operator's add-on releases.
 		if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil && strings.HasSuffix(kc.SecretRef.Name, "-admin-kubeconfig") &&
-			(hr.Namespace != "cp-"+hr.Labels[cpv1.PlaneNamespaceLabel] || hr.Labels["computeplane.cozystack.io/addon-role"] == "") {
+			(hr.Namespace != infraOf(planeOfLabels(hr.Labels)) || hr.Labels["computeplane.cozystack.io/addon-role"] == "") {
 			t.Errorf("HelmRelease %s/%s references the admin kubeconfig but is not an operator add-on", hr.Namespace, hr.Name)
 		}
 	}

@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,7 +80,7 @@ func TestProvisioningRendersTheGraph(t *testing.T) {
 			}
 			key := client.ObjectKeyFromObject(p)
 			eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
-			infra := "cp-" + ns
+			infra := infraOf(p)
 			got := &cpv1.ComputePlane{}
 			if err := k8s.Get(ctx, key, got); err != nil {
 				t.Fatal(err)
@@ -87,7 +92,7 @@ func TestProvisioningRendersTheGraph(t *testing.T) {
 			if err := k8s.Get(ctx, client.ObjectKey{Name: infra}, nsObj); err != nil {
 				t.Fatal(err)
 			}
-			if nsObj.Labels[cpv1.PlaneNameLabel] != "plane" || nsObj.Labels[cpv1.PlaneNamespaceLabel] != ns {
+			if nsObj.Labels[cpv1.PlaneNameLabel] != "plane" || nsObj.Labels[cpv1.PlaneNamespaceLabel] != ns || nsObj.Labels[cpv1.PlaneUIDLabel] != string(p.UID) {
 				t.Errorf("infrastructure namespace labels = %v", nsObj.Labels)
 			}
 			cluster := &clusterv1.Cluster{}
@@ -134,9 +139,8 @@ func TestProvisioningReadinessWalk(t *testing.T) {
 	defer cancel()
 	class := newClass("walk-" + rand.String(6))
 	p := planeWithClass(t, ctx, class, withGroup("workers", medium))
-	ns := p.Namespace
 	key := client.ObjectKeyFromObject(p)
-	infra := "cp-" + ns
+	infra := infraOf(p)
 	provisioned := func(status metav1.ConditionStatus, reason, inMessage string) {
 		t.Helper()
 		eventually(t, settle, func() error {
@@ -198,15 +202,53 @@ func TestProvisioningReadinessWalk(t *testing.T) {
 	if err := k8s.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	provisioned(metav1.ConditionFalse, controllers.WaitingForKubeconfigReason, "is not a kubeconfig")
+	provisioned(metav1.ConditionFalse, controllers.KubeconfigUnusableReason, "is not a kubeconfig")
 
-	secret.Data["super-admin.svc"] = []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: plane, cluster: {server: "https://plane.cp.svc:6443"}}]
-users: [{name: admin, user: {token: t}}]
-contexts: [{name: admin@plane, context: {cluster: plane, user: admin}}]
-current-context: admin@plane
-`)
+	// Whoever can write the Secret cannot make the operator send anything (least of all
+	// its own ServiceAccount token, through tokenFile) anywhere, run a program, or trust
+	// a server the control plane did not report.
+	var requests atomic.Int32
+	listener := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { requests.Add(1) }))
+	defer listener.Close()
+	marker := filepath.Join(t.TempDir(), "exec-ran")
+	for _, attack := range []struct {
+		name, want string
+		kubeconfig []byte
+	}{
+		{"tokenFile", "users[].user.tokenFile", fakeKubeconfig(t, listener.URL, func(u map[string]any) {
+			delete(u, "client-certificate-data")
+			delete(u, "client-key-data")
+			u["tokenFile"] = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+		})},
+		{"exec", "users[].user.exec", fakeKubeconfig(t, "https://10.96.0.10:6443", func(u map[string]any) {
+			u["exec"] = map[string]any{"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/sh",
+				"args": []any{"-c", "touch " + marker}, "interactiveMode": "Never"}
+		})},
+		{"token", "users[].user.token", fakeKubeconfig(t, "https://10.96.0.10:6443", func(u map[string]any) {
+			delete(u, "client-certificate-data")
+			delete(u, "client-key-data")
+			u["token"] = "t"
+		})},
+		{"foreign server", "not an endpoint the control plane reports", fakeKubeconfig(t, listener.URL, nil)},
+		{"insecure", "insecure-skip-tls-verify", fakeKubeconfig(t, "https://10.96.0.10:6443", func(map[string]any) {}, "insecure-skip-tls-verify")},
+	} {
+		secret.Data["super-admin.svc"] = attack.kubeconfig
+		if err := k8s.Update(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		provisioned(metav1.ConditionFalse, controllers.KubeconfigUnusableReason, attack.want)
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("the operator sent %d requests to a server named only by the Secret", n)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the operator ran a program named by the Secret")
+	}
+
+	secret.Data["super-admin.svc"] = fakeKubeconfig(t, "https://10.96.0.10:6443", nil)
 	if err := k8s.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
@@ -218,10 +260,9 @@ current-context: admin@plane
 	if got.Status.Endpoint != "10.96.0.10:6443" || got.Status.Version != "v1.33.4" {
 		t.Errorf("endpoint/version = %q/%q", got.Status.Endpoint, got.Status.Version)
 	}
-	// Hardening is next; a token kubeconfig does not tell the operator its own identity
-	// in the plane, so it fails closed.
-	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionFalse, controllers.KubeconfigUnusableReason))
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionFalse, controllers.KubeconfigUnusableReason))
+	// Hardening is next; nothing answers at that address, so the gate stays closed.
+	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionFalse, controllers.PlaneUnreachableReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionFalse, controllers.PlaneUnreachableReason))
 
 	// Upgrade: the control plane moves first; workers wait until Kamaji reports it Ready.
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(class), class); err != nil {
@@ -291,8 +332,7 @@ func TestNodeGroupUpdates(t *testing.T) {
 		c.Spec.NodeGroups.InstanceTypes = []string{"u1.medium", "u1.large", "u1.xlarge"}
 	})
 	p := planeWithClass(t, ctx, class, withGroup("workers", medium), withGroup("extra", medium))
-	ns := p.Namespace
-	infra := "cp-" + ns
+	infra := infraOf(p)
 	md := &clusterv1.MachineDeployment{}
 	mdKey := client.ObjectKey{Namespace: infra, Name: "plane-workers"}
 	var first string
@@ -405,9 +445,8 @@ func TestDeletionWaitsForClusterAPI(t *testing.T) {
 	defer cancel()
 	class := newClass("teardown-" + rand.String(6))
 	p := planeWithClass(t, ctx, class, withGroup("workers", medium))
-	ns := p.Namespace
 	key := client.ObjectKeyFromObject(p)
-	infra := "cp-" + ns
+	infra := infraOf(p)
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
 
 	// Cluster API's finalizer on the Cluster, as its controller would add.
@@ -487,7 +526,7 @@ func TestTenantNamespacePlacement(t *testing.T) {
 	if len(cluster.OwnerReferences) != 1 || cluster.OwnerReferences[0].Kind != "ComputePlane" || cluster.OwnerReferences[0].Name != "plane" {
 		t.Errorf("Cluster owner references = %+v", cluster.OwnerReferences)
 	}
-	if err := k8s.Get(ctx, client.ObjectKey{Name: "cp-" + ns}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+	if err := k8s.Get(ctx, client.ObjectKey{Name: infraOf(p)}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a dedicated namespace was created for a TenantNamespace class (err=%v)", err)
 	}
 	if err := k8s.Delete(ctx, p); err != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/remote"
 )
 
@@ -27,8 +29,9 @@ type Options struct {
 	ApplierTokenLifetime time.Duration
 }
 
-// Setup registers every controller and webhook with the manager.
-func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
+// Setup registers every controller and webhook with the manager, and returns the
+// ComputePlane reconciler (tests look into its plane cache).
+func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*ComputePlaneReconciler, error) {
 	if o.ApplierTokenLifetime == 0 {
 		o.ApplierTokenLifetime = time.Hour
 	}
@@ -43,15 +46,22 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 			Timeout:       o.PlaneTimeout,
 			ProbeInterval: o.PlaneTimeout,
 			Grace:         o.PlaneUnreachableGrace,
+			// Inside a plane only what the operator labelled is cached (and every
+			// namespace): the tenant does not decide the operator's memory.
+			WatchSelector: labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue}),
+			Log:           mgr.GetLogger().WithName("planes"),
 		},
 	}
+	if err := mgr.Add(r.Planes); err != nil {
+		return nil, err
+	}
 	if err := r.SetupWithManager(ctx, mgr, o.Setup); err != nil {
-		return err
+		return nil, err
 	}
 	if o.Webhooks {
 		if err := (&ComputePlaneValidator{Reader: mgr.GetAPIReader()}).SetupWebhookWithManager(mgr); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return r, nil
 }

@@ -53,7 +53,7 @@ func runSuite(m *testing.M) int {
 	k8s = mgmt.Client
 
 	recoverPanic := false // a panicking reconcile fails the run instead of being logged
-	mgr, err := ctrl.NewManager(mgmt.Config, ctrl.Options{
+	mgr, err := ctrl.NewManager(mgmt.OperatorConfig, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -66,7 +66,7 @@ func runSuite(m *testing.M) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := controllers.Setup(ctx, mgr, controllers.Options{
+	if _, err := controllers.Setup(ctx, mgr, controllers.Options{
 		Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 2}, ReconcileRequests: true},
 		RequeueInterval:       2 * time.Second,
 		PlaneTimeout:          2 * time.Second,

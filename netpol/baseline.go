@@ -4,10 +4,14 @@
 package netpol
 
 import (
+	"strings"
+
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	slim_metav1 "github.com/cilium/cilium/pkg/k8s/slim/k8s/apis/meta/v1"
 	"github.com/cilium/cilium/pkg/policy/api"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
 
 // Ports of a Kamaji control plane the plane's nodes must reach: the API server and the
@@ -17,12 +21,28 @@ const (
 	KonnectivityPort = "8132"
 	namespaceLabel   = "k8s:io.kubernetes.pod.namespace"
 	kamajiNameLabel  = "kamaji.clastix.io/name"
-	// BaselineName names the baseline policy in the infrastructure namespace.
-	BaselineName = "computeplane-egress-baseline"
+	// DefaultDenyName names the always-on policy of an infrastructure namespace.
+	DefaultDenyName = "computeplane-default-deny"
+	// VirtLauncherLabel and VirtLauncherValue are how KubeVirt labels every VM's pod.
+	VirtLauncherLabel = "kubevirt.io"
+	VirtLauncherValue = "virt-launcher"
 )
+
+// BaselineName names a plane's baseline policy: per plane (name and UID), so a later
+// plane in the same namespace never rewrites an earlier plane's policy and leaves its
+// VMs unselected.
+func BaselineName(plane string, uid string) string {
+	name := "computeplane-egress-" + plane
+	if u := strings.ReplaceAll(uid, "-", ""); len(u) >= 8 {
+		name += "-" + u[:8]
+	}
+	return name
+}
 
 // Baseline is what the egress baseline needs to know about one plane.
 type Baseline struct {
+	// Name of the policy (BaselineName).
+	Name string
 	// Namespace where the plane's VMs (virt-launcher pods) and its Kamaji control plane
 	// run: the infrastructure namespace.
 	Namespace string
@@ -73,17 +93,46 @@ func BaselinePolicy(b Baseline) *ciliumv2.CiliumNetworkPolicy {
 	}
 	p := &ciliumv2.CiliumNetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: ciliumv2.SchemeGroupVersion.String(), Kind: ciliumv2.CNPKindDefinition},
-		ObjectMeta: metav1.ObjectMeta{Namespace: b.Namespace, Name: BaselineName, Labels: b.Labels},
+		ObjectMeta: metav1.ObjectMeta{Namespace: b.Namespace, Name: b.Name, Labels: b.Labels},
 		Spec: &api.Rule{
 			Description:      "ComputePlane egress baseline: no management kube-apiserver, nothing cluster-internal but DNS and the plane's own control plane",
 			EndpointSelector: selector(vm),
 			Egress:           egress,
-			EgressDeny: []api.EgressDenyRule{{EgressCommonRule: api.EgressCommonRule{
-				ToEntities: api.EntitySlice{api.EntityKubeAPIServer},
-			}}},
+			EgressDeny: denyAPIServer(),
 		},
 	}
 	return p
+}
+
+// DefaultDeny is the always-on policy of an infrastructure namespace. It selects every
+// VM pod there (in a tenant namespace, only VM pods that carry a plane label, so the
+// tenant's own VMs are left alone), puts their egress into default-deny and denies the
+// kube-apiserver entity. It belongs to no plane: it is created with the namespace and
+// stays while the namespace does, so a VM whose plane was deleted without its teardown,
+// or whose baseline was removed, is still confined. The per-plane baselines add their
+// allowances on top (Cilium enables default deny if any selecting policy asks for it).
+func DefaultDeny(namespace string, tenantNamespace bool, labels map[string]string) *ciliumv2.CiliumNetworkPolicy {
+	sel := &slim_metav1.LabelSelector{MatchLabels: map[string]string{"k8s:" + VirtLauncherLabel: VirtLauncherValue}}
+	if tenantNamespace {
+		sel.MatchExpressions = []slim_metav1.LabelSelectorRequirement{{Key: "k8s:" + cpv1.PlaneNameLabel, Operator: slim_metav1.LabelSelectorOpExists}}
+	}
+	deny := true
+	return &ciliumv2.CiliumNetworkPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: ciliumv2.SchemeGroupVersion.String(), Kind: ciliumv2.CNPKindDefinition},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: DefaultDenyName, Labels: labels},
+		Spec: &api.Rule{
+			Description:       "ComputePlane infrastructure default deny: no VM pod here has egress but what its plane's baseline and grants allow",
+			EndpointSelector:  api.EndpointSelector{LabelSelector: sel},
+			EnableDefaultDeny: api.DefaultDenyConfig{Egress: &deny},
+			EgressDeny:        denyAPIServer(),
+		},
+	}
+}
+
+func denyAPIServer() []api.EgressDenyRule {
+	return []api.EgressDenyRule{{EgressCommonRule: api.EgressCommonRule{
+		ToEntities: api.EntitySlice{api.EntityKubeAPIServer},
+	}}}
 }
 
 // selector writes the match labels as a person writes them in a policy (source prefix

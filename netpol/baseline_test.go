@@ -13,16 +13,24 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 
 func TestBaselineGolden(t *testing.T) {
 	base := Baseline{
-		Namespace:    "cp-tenant-a",
-		VMSelector:   map[string]string{"computeplane.cozystack.io/name": "plane", "computeplane.cozystack.io/namespace": "tenant-a"},
+		Name:         BaselineName("plane", "3f2a9c1b-0000-4000-8000-000000000001"),
+		Namespace:    "cp-tenant-a-3f2a9c1b",
+		VMSelector: map[string]string{"computeplane.cozystack.io/name": "plane", "computeplane.cozystack.io/namespace": "tenant-a",
+			"computeplane.cozystack.io/uid": "3f2a9c1b-0000-4000-8000-000000000001"},
 		ControlPlane: "plane",
 		Labels:       map[string]string{"computeplane.cozystack.io/name": "plane"},
 	}
 	withInternet := base
 	withInternet.Internet = true
-	for name, in := range map[string]Baseline{"baseline-internet-deny": base, "baseline-internet-allow": withInternet} {
+	labels := map[string]string{"app.kubernetes.io/managed-by": "computeplane-operator"}
+	for name, policy := range map[string]any{
+		"baseline-internet-deny":        BaselinePolicy(base),
+		"baseline-internet-allow":       BaselinePolicy(withInternet),
+		"default-deny-dedicated":        DefaultDeny("cp-tenant-a-3f2a9c1b", false, labels),
+		"default-deny-tenant-namespace": DefaultDeny("tenant-a", true, labels),
+	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := yaml.Marshal(BaselinePolicy(in))
+			got, err := yaml.Marshal(policy)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,6 +61,28 @@ func TestBaselineDeniesTheAPIServerEvenWithInternet(t *testing.T) {
 			if e == "all" || e == "cluster" || e == "kube-apiserver" || e == "host" || e == "remote-node" {
 				t.Errorf("egress allows entity %q", e)
 			}
+		}
+	}
+}
+
+func TestBaselineNamesArePerPlane(t *testing.T) {
+	a, b := BaselineName("plane", "11111111-0000"), BaselineName("plane", "22222222-0000")
+	if a == b {
+		t.Errorf("two planes of the same name share the baseline %q", a)
+	}
+}
+
+func TestDefaultDenySelectsVMsAndDeniesEgress(t *testing.T) {
+	for _, tenantNS := range []bool{false, true} {
+		p := DefaultDeny("ns", tenantNS, nil)
+		if p.Spec.EnableDefaultDeny.Egress == nil || !*p.Spec.EnableDefaultDeny.Egress || len(p.Spec.Egress) != 0 {
+			t.Errorf("tenantNS=%v: egress is not default-deny with no allowance: %+v", tenantNS, p.Spec)
+		}
+		if p.Spec.EndpointSelector.MatchLabels["k8s:kubevirt.io"] != "virt-launcher" {
+			t.Errorf("tenantNS=%v: selector %+v does not select VM pods", tenantNS, p.Spec.EndpointSelector)
+		}
+		if got := len(p.Spec.EndpointSelector.MatchExpressions); (got == 1) != tenantNS {
+			t.Errorf("tenantNS=%v: %d match expressions; only in a tenant namespace are VMs narrowed to those of planes", tenantNS, got)
 		}
 	}
 }

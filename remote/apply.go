@@ -11,37 +11,67 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// AppliedHashAnnotation records the hash of what the operator last applied to an object.
-// An object whose annotation matches what the operator would apply now is left alone,
-// so a reconcile with nothing to change makes no writes (the check reads the
-// metadata-only cache).
+// AppliedHashAnnotation records the hash of what the operator last applied to an
+// object. It decides nothing: the live content does. It tells an update the operator
+// made (the hash differs: the wanted content changed) from a repair (the hash is the one
+// the operator wrote, yet the content differs: someone changed the object and kept the
+// annotation, as `kubectl edit` does).
 const AppliedHashAnnotation = "computeplane.cozystack.io/applied-hash"
 
-// ApplyIfChanged server-side applies obj as fieldOwner unless the live object already
-// carries the hash of this exact content. It reports whether it wrote. It serves both the
+// ApplyResult says what Apply did.
+type ApplyResult int
+
+const (
+	// Unchanged: the live object already holds the wanted content; nothing was written.
+	Unchanged ApplyResult = iota
+	// Created: the object did not exist.
+	Created
+	// Updated: the wanted content changed since the operator last applied it.
+	Updated
+	// Restored: the object had been changed by someone else and was put back: drift.
+	Restored
+)
+
+// Wrote reports whether Apply wrote.
+func (r ApplyResult) Wrote() bool { return r != Unchanged }
+
+// Apply server-side applies obj as fieldOwner, with force, unless the live object
+// already holds every field obj sets with the same value (Matches). exact names
+// top-level fields (such as "spec") whose live value must equal the wanted one with
+// nothing added: fields that decide security, where an extra key (a selector
+// expression, a rule) changes the meaning. It reads through c, so with a cached client a
+// reconcile with nothing to change makes no request at all; it serves both the
 // management cluster and a plane's own API.
-func ApplyIfChanged(ctx context.Context, c client.Client, obj client.Object, fieldOwner string) (bool, error) {
+func Apply(ctx context.Context, c client.Client, obj client.Object, fieldOwner string, exact ...string) (ApplyResult, error) {
 	u, err := toApplyObject(obj)
 	if err != nil {
-		return false, err
+		return Unchanged, err
 	}
 	hash, err := contentHash(u.Object)
 	if err != nil {
-		return false, err
+		return Unchanged, err
 	}
-	live := &metav1.PartialObjectMetadata{}
-	live.SetGroupVersionKind(u.GroupVersionKind())
-	switch err := c.Get(ctx, client.ObjectKeyFromObject(u), live); {
-	case err == nil && live.Annotations[AppliedHashAnnotation] == hash && live.DeletionTimestamp.IsZero():
-		return false, nil
-	case err != nil && !apierrors.IsNotFound(err):
-		return false, err
+	live, err := getLive(ctx, c, u)
+	if err != nil {
+		return Unchanged, err
+	}
+	if live != nil && live.GetDeletionTimestamp() == nil {
+		liveMap, err := normalized(live)
+		if err != nil {
+			return Unchanged, err
+		}
+		wantMap, err := normalized(u.Object)
+		if err != nil {
+			return Unchanged, err
+		}
+		if Matches(liveMap, wantMap, exact...) {
+			return Unchanged, nil
+		}
 	}
 
 	annotations := u.GetAnnotations()
@@ -51,14 +81,67 @@ func ApplyIfChanged(ctx context.Context, c client.Client, obj client.Object, fie
 	annotations[AppliedHashAnnotation] = hash
 	u.SetAnnotations(annotations)
 	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
-		return false, fmt.Errorf("applying %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
+		return Unchanged, fmt.Errorf("applying %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
-	return true, nil
+	switch {
+	case live == nil:
+		return Created, nil
+	case live.GetAnnotations()[AppliedHashAnnotation] == hash:
+		return Restored, nil
+	default:
+		return Updated, nil
+	}
 }
 
-// AppliedHash is the hash ApplyIfChanged records for obj: a live object carrying it in
-// AppliedHashAnnotation is exactly what the operator applied (unless someone edited it
-// and kept the annotation, which only an identity with write access to it can do).
+// Verify reports whether the live object holds what Apply would write (as Matches and
+// exact say), reading through c. A missing or deleting object does not.
+func Verify(ctx context.Context, c client.Reader, obj client.Object, exact ...string) (bool, error) {
+	u, err := toApplyObject(obj)
+	if err != nil {
+		return false, err
+	}
+	live, err := getLive(ctx, c, u)
+	if err != nil || live == nil || live.GetDeletionTimestamp() != nil {
+		return false, err
+	}
+	liveMap, err := normalized(live)
+	if err != nil {
+		return false, err
+	}
+	wantMap, err := normalized(u.Object)
+	if err != nil {
+		return false, err
+	}
+	return Matches(liveMap, wantMap, exact...), nil
+}
+
+// getLive reads the live object into its typed form when the client's scheme knows the
+// kind (so a cached client reuses the informer it already has), else unstructured.
+// A missing object is nil.
+func getLive(ctx context.Context, c client.Reader, u *unstructured.Unstructured) (client.Object, error) {
+	gvk := u.GroupVersionKind()
+	var live client.Object
+	if s, ok := c.(interface{ Scheme() *runtime.Scheme }); ok && s.Scheme().Recognizes(gvk) {
+		o, err := s.Scheme().New(gvk)
+		if err != nil {
+			return nil, err
+		}
+		live = o.(client.Object)
+	} else {
+		lu := &unstructured.Unstructured{}
+		lu.SetGroupVersionKind(gvk)
+		live = lu
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(u), live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return live, nil
+}
+
+// AppliedHash is the hash Apply records for obj.
 func AppliedHash(obj client.Object) (string, error) {
 	u, err := toApplyObject(obj)
 	if err != nil {
@@ -92,6 +175,17 @@ func toApplyObject(obj client.Object) (*unstructured.Unstructured, error) {
 		return nil, fmt.Errorf("%T %s has no apiVersion/kind", obj, obj.GetName())
 	}
 	return u, nil
+}
+
+// normalized is v as plain JSON values (numbers as float64), so a typed live object
+// and an unstructured wanted one compare field by field.
+func normalized(v any) (map[string]any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	return m, json.Unmarshal(b, &m)
 }
 
 func contentHash(v any) (string, error) {

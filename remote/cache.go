@@ -2,27 +2,26 @@ package remote
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Plane is a live connection to one ComputePlane's API server.
 type Plane struct {
-	// Client talks to the plane as the operator (its admin credential).
+	// Client talks to the plane as the operator (its admin credential). It reads the
+	// API directly, never a cache.
 	Client client.Client
 	// Identity is the user name the plane's API server sees for the operator, so
 	// admission policies can let it (and nobody else) change what it owns.
@@ -41,16 +40,20 @@ type UnreachableError struct {
 }
 
 func (e *UnreachableError) Error() string {
-	return fmt.Sprintf("the plane's API server has not answered since %s: %v", e.Since.UTC().Format(time.RFC3339), e.Err)
+	return fmt.Sprintf("the plane's API server has not answered a read from its datastore since %s: %v", e.Since.UTC().Format(time.RFC3339), e.Err)
 }
 
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
-// ClusterCache keeps one client per ComputePlane, built lazily from the admin kubeconfig
-// and rebuilt when that kubeconfig changes (Kamaji rotates it). Before handing a client
-// out it checks the plane answers (at most once per ProbeInterval), so callers never
-// block on a dead plane: they get an UnreachableError at once. The admin kubeconfig
-// stays inside the operator's process.
+// ClusterCache keeps one client per ComputePlane, built from its admin credential and
+// rebuilt when that credential changes (Kamaji rotates it). Before handing a client out
+// it checks that the plane answers a read that needs its datastore (at most once per
+// ProbeInterval): an API server whose etcd is gone still answers /version, so that is
+// not enough. Callers never block on a dead plane: they get an UnreachableError at once.
+// The credential stays inside the operator's process.
+//
+// It is a manager Runnable: the informers it starts for the planes live under the
+// manager's context and stop with it.
 type ClusterCache struct {
 	Scheme *runtime.Scheme
 	// Timeout bounds every request to a plane.
@@ -59,36 +62,30 @@ type ClusterCache struct {
 	ProbeInterval time.Duration
 	// Grace is how long a plane may fail before UnreachableError.Past is set.
 	Grace time.Duration
+	// WatchSelector scopes the plane informers of every kind but Namespace to objects
+	// the operator labelled, so what a tenant creates in its plane does not decide the
+	// operator's memory. Namespaces are watched in full (a new one must be labelled);
+	// only the plane's cluster administrators can create them.
+	WatchSelector labels.Selector
 	// OnConnect, when set, is called with a fresh informer cache of the plane each time
 	// the operator (re)connects to it, to register watches on the plane's own objects.
-	// The cache is stopped when the plane is removed, its kubeconfig rotates, or it stays
-	// unreachable past the grace period (and started again when it answers).
+	// The cache is stopped when the plane is removed, its credential rotates, it stays
+	// unreachable past the grace period (started again when it answers), or its
+	// informers fail to start (retried on the next probe).
 	OnConnect func(key types.NamespacedName, c cache.Cache) error
+	// Log receives what cannot be returned to a caller (an informer that failed).
+	Log logr.Logger
+
+	once    sync.Once
+	started chan struct{}
+	ctx     context.Context
 
 	mu      sync.Mutex
 	entries map[types.NamespacedName]*entry
 	// verified remembers the planes whose hardening was read back at least once, so a
 	// difference found later is drift, even when the status in the cache lags behind.
 	verified map[types.NamespacedName]bool
-}
-
-// SetVerified records whether the plane's hardening is, as far as the operator knows,
-// as it applied it: true after a successful read-back, false once drift was reported
-// (so the next pass restores instead of reporting it again).
-func (c *ClusterCache) SetVerified(key types.NamespacedName, v bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.verified == nil {
-		c.verified = map[types.NamespacedName]bool{}
-	}
-	c.verified[key] = v
-}
-
-// WasVerified reports what SetVerified last recorded for the plane.
-func (c *ClusterCache) WasVerified(key types.NamespacedName) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.verified[key]
+	drifts   map[types.NamespacedName]*driftRecord
 }
 
 type entry struct {
@@ -99,54 +96,113 @@ type entry struct {
 	disco        discovery.DiscoveryInterface
 	probedAt     time.Time
 	failingSince time.Time
-	// stopWatches stops the plane's informer cache; nil while not watching.
+	// stopWatches stops the plane's informer cache; nil while not watching. watchGen
+	// tells a failed informer cache from the one that replaced it.
 	stopWatches context.CancelFunc
+	watchGen    int
+}
+
+func (c *ClusterCache) init() {
+	c.once.Do(func() {
+		c.started = make(chan struct{})
+		c.entries = map[types.NamespacedName]*entry{}
+		c.verified = map[types.NamespacedName]bool{}
+		c.drifts = map[types.NamespacedName]*driftRecord{}
+	})
+}
+
+// Start runs the cache until ctx ends, then stops every plane's informers.
+func (c *ClusterCache) Start(ctx context.Context) error {
+	c.init()
+	c.mu.Lock()
+	c.ctx = ctx
+	close(c.started)
+	c.mu.Unlock()
+	<-ctx.Done()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.entries {
+		e.stop()
+	}
+	return nil
+}
+
+// NeedLeaderElection: the informers feed the controller, which runs on the leader.
+func (c *ClusterCache) NeedLeaderElection() bool { return true }
+
+// SetVerified records whether the plane's hardening is, as far as the operator knows,
+// as it applied it: true after a successful read-back, false once drift was reported
+// (so the next pass restores instead of reporting it again).
+func (c *ClusterCache) SetVerified(key types.NamespacedName, v bool) {
+	c.init()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.verified[key] = v
+}
+
+// WasVerified reports what SetVerified last recorded for the plane.
+func (c *ClusterCache) WasVerified(key types.NamespacedName) bool {
+	c.init()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.verified[key]
 }
 
 // Get returns the plane's connection, building or rebuilding it as needed.
-func (c *ClusterCache) Get(ctx context.Context, key types.NamespacedName, kubeconfig []byte) (*Plane, error) {
-	sum := sha256.Sum256(kubeconfig)
-	hash := hex.EncodeToString(sum[:])
-
+func (c *ClusterCache) Get(ctx context.Context, key types.NamespacedName, cred *AdminCredential) (*Plane, error) {
+	c.init()
+	if cred == nil {
+		return nil, errors.New("no admin credential")
+	}
 	c.mu.Lock()
 	e := c.entries[key]
 	c.mu.Unlock()
-	if e == nil || e.hash != hash {
-		built, err := c.build(key, kubeconfig, hash)
+	if e == nil || e.hash != cred.Hash {
+		built, err := c.build(key, cred)
 		if err != nil {
 			return nil, err
 		}
+		c.mu.Lock()
 		if e != nil {
 			built.failingSince = e.failingSince
-			c.mu.Lock()
 			e.stop()
-			c.mu.Unlock()
 		}
-		e = built
-		c.mu.Lock()
-		if c.entries == nil {
-			c.entries = map[types.NamespacedName]*entry{}
-		}
-		c.entries[key] = e
+		c.entries[key] = built
 		c.mu.Unlock()
+		e = built
 	}
-	return c.probe(e)
+	return c.probe(ctx, e)
 }
 
-// Existing returns the plane's connection if one was made and the plane answered its
-// last probe, without a kubeconfig (for best-effort clean-up when the caller has none).
-func (c *ClusterCache) Existing(key types.NamespacedName) (*Plane, bool) {
+// Failed tells the cache that a request to the plane failed: its next Get probes again
+// instead of trusting the last probe, so a plane that is going away is found out at once.
+func (c *ClusterCache) Failed(key types.NamespacedName) {
+	c.init()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.entries[key]
-	if e == nil || !e.failingSince.IsZero() {
-		return nil, false
+	if e := c.entries[key]; e != nil {
+		e.probedAt = time.Time{}
 	}
-	return &e.plane, true
 }
 
-// Remove forgets a plane (it is being deleted) and stops watching it.
+// Existing returns the plane's connection if one was made and the plane answers (a
+// probe, unless the last one is fresh), without a credential: for revoking when the
+// caller has none at hand.
+func (c *ClusterCache) Existing(ctx context.Context, key types.NamespacedName) (*Plane, bool) {
+	c.init()
+	c.mu.Lock()
+	e := c.entries[key]
+	c.mu.Unlock()
+	if e == nil {
+		return nil, false
+	}
+	p, err := c.probe(ctx, e)
+	return p, err == nil
+}
+
+// Remove forgets a plane (it is gone) and stops watching it.
 func (c *ClusterCache) Remove(key types.NamespacedName) {
+	c.init()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[key]; e != nil {
@@ -154,10 +210,20 @@ func (c *ClusterCache) Remove(key types.NamespacedName) {
 	}
 	delete(c.entries, key)
 	delete(c.verified, key)
+	delete(c.drifts, key)
+}
+
+// Known reports whether the cache holds a connection to the plane.
+func (c *ClusterCache) Known(key types.NamespacedName) bool {
+	c.init()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.entries[key] != nil
 }
 
 // Watching reports whether the plane's objects are being watched.
 func (c *ClusterCache) Watching(key types.NamespacedName) bool {
+	c.init()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[key]
@@ -172,35 +238,67 @@ func (e *entry) stop() {
 	}
 }
 
-// watch starts the plane's informer cache and lets OnConnect register its watches.
-func (c *ClusterCache) watch(e *entry) error {
+// watch starts the plane's informer cache, under the cache's own context, and lets
+// OnConnect register its watches.
+func (c *ClusterCache) watch(ctx context.Context, e *entry) error {
 	if c.OnConnect == nil {
 		return nil
 	}
-	pc, err := cache.New(e.config, cache.Options{Scheme: c.Scheme})
+	select {
+	case <-c.started:
+	case <-ctx.Done():
+		return fmt.Errorf("the cluster cache has not been started: %w", ctx.Err())
+	}
+	opts := cache.Options{Scheme: c.Scheme, DefaultLabelSelector: c.WatchSelector}
+	if c.WatchSelector != nil {
+		opts.ByObject = map[client.Object]cache.ByObject{&corev1.Namespace{}: {Label: labels.Everything()}}
+	}
+	pc, err := cache.New(e.config, opts)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { _ = pc.Start(ctx) }()
-	if err := c.OnConnect(e.key, pc); err != nil {
-		cancel()
-		return err
-	}
 	c.mu.Lock()
+	watchCtx, cancel := context.WithCancel(c.ctx)
+	e.watchGen++
+	gen := e.watchGen
 	e.stopWatches = cancel
 	c.mu.Unlock()
+	go func() {
+		if err := pc.Start(watchCtx); err != nil && watchCtx.Err() == nil {
+			c.Log.Error(err, "the plane's informers stopped; watching again on the next probe", "plane", e.key)
+			c.mu.Lock()
+			if e.watchGen == gen {
+				e.stop()
+			}
+			c.mu.Unlock()
+		}
+	}()
+	if err := c.OnConnect(e.key, pc); err != nil {
+		c.mu.Lock()
+		if e.watchGen == gen {
+			e.stop()
+		}
+		c.mu.Unlock()
+		return err
+	}
 	return nil
 }
 
-func (c *ClusterCache) probe(e *entry) (*Plane, error) {
+func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 	c.mu.Lock()
 	fresh := !e.probedAt.IsZero() && time.Since(e.probedAt) < c.ProbeInterval
 	c.mu.Unlock()
 	if fresh {
 		return &e.plane, nil
 	}
-	v, err := e.disco.ServerVersion()
+	err := readsFromStorage(ctx, e.plane.Client)
+	version := e.plane.Version
+	if err == nil && version == "" {
+		info, verr := e.disco.ServerVersion()
+		if err = verr; err == nil {
+			version = info.GitVersion
+		}
+	}
 	c.mu.Lock()
 	if err != nil {
 		defer c.mu.Unlock()
@@ -216,26 +314,25 @@ func (c *ClusterCache) probe(e *entry) (*Plane, error) {
 		return nil, &UnreachableError{Since: e.failingSince, Past: past, Err: err}
 	}
 	e.probedAt, e.failingSince = time.Now(), time.Time{}
-	e.plane.Version = v.GitVersion
+	e.plane.Version = version
 	watching := e.stopWatches != nil
 	c.mu.Unlock()
 	if !watching {
-		if err := c.watch(e); err != nil {
+		if err := c.watch(ctx, e); err != nil {
 			return nil, fmt.Errorf("watching the plane: %w", err)
 		}
 	}
 	return &e.plane, nil
 }
 
-func (c *ClusterCache) build(key types.NamespacedName, kubeconfig []byte, hash string) (*entry, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("the admin kubeconfig is not usable: %w", err)
-	}
-	identity, err := certificateUser(cfg)
-	if err != nil {
-		return nil, err
-	}
+// readsFromStorage reads one object with a quorum read (a GET without a resource
+// version goes to etcd, not to the API server's watch cache). NotFound is an answer too.
+func readsFromStorage(ctx context.Context, c client.Client) error {
+	return client.IgnoreNotFound(c.Get(ctx, client.ObjectKey{Name: "kube-system"}, &corev1.Namespace{}))
+}
+
+func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*entry, error) {
+	cfg := cred.RESTConfig()
 	cfg.Timeout = c.Timeout
 	cfg.QPS, cfg.Burst = 50, 100
 	cl, err := client.New(cfg, client.Options{Scheme: c.Scheme})
@@ -246,26 +343,5 @@ func (c *ClusterCache) build(key types.NamespacedName, kubeconfig []byte, hash s
 	if err != nil {
 		return nil, err
 	}
-	return &entry{key: key, hash: hash, config: cfg, plane: Plane{Client: cl, Identity: identity}, disco: disco}, nil
-}
-
-// certificateUser is the user name a client certificate authenticates as (its CN).
-// Kamaji's admin kubeconfig authenticates with a certificate.
-func certificateUser(cfg *rest.Config) (string, error) {
-	data := cfg.CertData
-	if len(data) == 0 {
-		return "", errors.New("the admin kubeconfig has no client certificate, so the operator cannot tell its own identity in the plane")
-	}
-	block, _ := pem.Decode(data)
-	if block == nil {
-		return "", errors.New("the admin kubeconfig's client certificate is not PEM")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return "", fmt.Errorf("the admin kubeconfig's client certificate: %w", err)
-	}
-	if cert.Subject.CommonName == "" {
-		return "", errors.New("the admin kubeconfig's client certificate has no common name")
-	}
-	return cert.Subject.CommonName, nil
+	return &entry{key: key, hash: cred.Hash, config: cfg, plane: Plane{Client: cl, Identity: cred.Identity}, disco: disco}, nil
 }

@@ -7,6 +7,9 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
@@ -39,26 +42,47 @@ func IssueApplierToken(ctx context.Context, c client.Client, lifetime time.Durat
 }
 
 // ApplierKubeconfig is a kubeconfig for the applier: the plane's server and CA taken
-// from the admin kubeconfig (its in-cluster .svc address, which Flux reaches), the
-// applier's token as the only credential.
-func ApplierKubeconfig(adminKubeconfig []byte, token string) ([]byte, error) {
-	admin, err := clientcmd.Load(adminKubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	ctxName := admin.CurrentContext
-	kctx := admin.Contexts[ctxName]
-	if kctx == nil {
-		return nil, fmt.Errorf("the admin kubeconfig has no current context")
-	}
-	cluster := admin.Clusters[kctx.Cluster]
-	if cluster == nil {
-		return nil, fmt.Errorf("the admin kubeconfig's context names no cluster")
-	}
+// from the verified admin credential (its in-cluster .svc address, which Flux reaches),
+// the applier's token as the only credential.
+func ApplierKubeconfig(admin *AdminCredential, token string) ([]byte, error) {
 	out := clientcmdapi.NewConfig()
-	out.Clusters["plane"] = &clientcmdapi.Cluster{Server: cluster.Server, CertificateAuthorityData: cluster.CertificateAuthorityData}
+	out.Clusters["plane"] = &clientcmdapi.Cluster{Server: admin.Server, CertificateAuthorityData: admin.CAData}
 	out.AuthInfos[ApplierName] = &clientcmdapi.AuthInfo{Token: token}
 	out.Contexts[ApplierName+"@plane"] = &clientcmdapi.Context{Cluster: "plane", AuthInfo: ApplierName}
 	out.CurrentContext = ApplierName + "@plane"
 	return clientcmd.Write(*out)
+}
+
+// RevokeApplier takes the applier's standing in the plane away: it deletes the applier
+// ServiceAccount, so every token ever issued for it stops working at once (a bound
+// token names its ServiceAccount's UID, which a recreated account does not have), and
+// its impersonation bindings. A copied token is then worthless whether or not the
+// applier Secret still exists. It touches only objects carrying labels (the plane's),
+// reads before it deletes (a revoked plane costs no write) and returns what it removed.
+func RevokeApplier(ctx context.Context, c client.Client, deployerNamespaces []string, labels map[string]string) ([]string, error) {
+	objs := []client.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ApplierNamespace, Name: ApplierName}}}
+	for _, ns := range sorted(deployerNamespaces) {
+		objs = append(objs, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ApplierName}})
+	}
+	var removed []string
+	for _, o := range objs {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return removed, err
+		}
+		if !hasLabels(o.GetLabels(), labels) || o.GetDeletionTimestamp() != nil {
+			continue
+		}
+		if err := client.IgnoreNotFound(c.Delete(ctx, o, client.Preconditions{UID: ptr.To(o.GetUID())})); err != nil {
+			return removed, err
+		}
+		kind := "RoleBinding"
+		if _, ok := o.(*corev1.ServiceAccount); ok {
+			kind = "ServiceAccount"
+		}
+		removed = append(removed, fmt.Sprintf("%s %s/%s", kind, o.GetNamespace(), o.GetName()))
+	}
+	return removed, nil
 }

@@ -3,12 +3,15 @@ package remote
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sort"
+	"strings"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -36,7 +39,7 @@ func (f Findings) Drifted() bool { return len(f.PodSecurity) > 0 || len(f.Admiss
 func Inspect(ctx context.Context, c client.Client, p Posture) (Findings, error) {
 	var f Findings
 	for _, obj := range p.Policies() {
-		ok, err := policyMatches(ctx, c, obj)
+		ok, err := Verify(ctx, c, obj, "spec")
 		if err != nil {
 			return f, err
 		}
@@ -44,6 +47,11 @@ func Inspect(ctx context.Context, c client.Client, p Posture) (Findings, error) 
 			f.Admission = append(f.Admission, fmt.Sprintf("%s %s", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName()))
 		}
 	}
+	foreign, err := mutatingPolicies(ctx, c)
+	if err != nil {
+		return f, err
+	}
+	f.Admission = append(f.Admission, foreign...)
 
 	var namespaces corev1.NamespaceList
 	if err := c.List(ctx, &namespaces); err != nil {
@@ -71,12 +79,13 @@ func Inspect(ctx context.Context, c client.Client, p Posture) (Findings, error) 
 				f.PodSecurity = append(f.PodSecurity, "placement namespace "+o.Name+" is not Active")
 			}
 		default:
-			err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object))
-			if apierrors.IsNotFound(err) {
-				f.PodSecurity = append(f.PodSecurity, fmt.Sprintf("%s %s/%s is missing",
-					obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName()))
-			} else if err != nil {
+			ok, err := Verify(ctx, c, obj)
+			if err != nil {
 				return f, err
+			}
+			if !ok {
+				f.PodSecurity = append(f.PodSecurity, fmt.Sprintf("%s %s/%s is missing or changed",
+					obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName()))
 			}
 		}
 	}
@@ -100,14 +109,11 @@ func hasAnyPSALabel(labels map[string]string) bool {
 // first time.
 func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) (wrote, labelled []string, err error) {
 	for _, obj := range p.Policies() {
-		ok, err := policyMatches(ctx, c, obj)
+		res, err := Apply(ctx, c, obj, fieldOwner, "spec")
 		if err != nil {
 			return wrote, labelled, err
 		}
-		if !ok {
-			if err := forceApply(ctx, c, obj, fieldOwner); err != nil {
-				return wrote, labelled, err
-			}
+		if res.Wrote() {
 			wrote = append(wrote, describe(obj))
 		}
 	}
@@ -134,11 +140,11 @@ func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) 
 			wrote = append(wrote, describe(ns))
 			continue
 		}
-		changed, err := ApplyIfChanged(ctx, c, obj, fieldOwner)
+		res, err := Apply(ctx, c, obj, fieldOwner)
 		if err != nil {
 			return wrote, labelled, err
 		}
-		if changed {
+		if res.Wrote() {
 			wrote = append(wrote, describe(obj))
 		}
 	}
@@ -166,34 +172,6 @@ func describe(obj client.Object) string {
 	return kind + " " + obj.GetNamespace() + "/" + obj.GetName()
 }
 
-// policyMatches reports whether a policy or binding exists and says what the operator
-// wants (the fields that decide admission; the server defaults the rest).
-func policyMatches(ctx context.Context, c client.Client, want client.Object) (bool, error) {
-	live := want.DeepCopyObject().(client.Object)
-	if err := c.Get(ctx, client.ObjectKeyFromObject(want), live); err != nil {
-		return false, client.IgnoreNotFound(err)
-	}
-	if !live.GetDeletionTimestamp().IsZero() {
-		return false, nil
-	}
-	switch w := want.(type) {
-	case *admissionv1.ValidatingAdmissionPolicy:
-		l := live.(*admissionv1.ValidatingAdmissionPolicy)
-		return equality.Semantic.DeepEqual(w.Spec.Validations, l.Spec.Validations) &&
-			equality.Semantic.DeepEqual(w.Spec.MatchConditions, l.Spec.MatchConditions) &&
-			equality.Semantic.DeepEqual(w.Spec.FailurePolicy, l.Spec.FailurePolicy) &&
-			l.Spec.MatchConstraints != nil &&
-			equality.Semantic.DeepEqual(w.Spec.MatchConstraints.ResourceRules, l.Spec.MatchConstraints.ResourceRules) &&
-			equality.Semantic.DeepEqual(w.Spec.MatchConstraints.NamespaceSelector, emptyToNil(l.Spec.MatchConstraints.NamespaceSelector)), nil
-	case *admissionv1.ValidatingAdmissionPolicyBinding:
-		l := live.(*admissionv1.ValidatingAdmissionPolicyBinding)
-		return w.Spec.PolicyName == l.Spec.PolicyName &&
-			equality.Semantic.DeepEqual(w.Spec.ValidationActions, l.Spec.ValidationActions) &&
-			l.Spec.ParamRef == nil && emptySelector(l.Spec.MatchResources), nil
-	}
-	return false, fmt.Errorf("not a policy: %T", want)
-}
-
 func forceApply(ctx context.Context, c client.Client, obj client.Object, fieldOwner string) error {
 	u, err := toApplyObject(obj)
 	if err != nil {
@@ -212,4 +190,28 @@ func hasLabels(have, want map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// mutatingPolicies lists the MutatingAdmissionPolicies and their bindings in the plane.
+// Kubernetes does not run admission policies on them, so the admission guard cannot
+// refuse them; the operator creates none, so any that exists is reported (never
+// deleted: the operator removes only what it created). A plane whose API does not serve
+// them has none.
+func mutatingPolicies(ctx context.Context, c client.Client) ([]string, error) {
+	var out []string
+	for _, l := range []client.ObjectList{&admissionv1.MutatingAdmissionPolicyList{}, &admissionv1.MutatingAdmissionPolicyBindingList{}} {
+		if err := c.List(ctx, l); err != nil {
+			if apimeta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, err
+		}
+		kind := strings.TrimSuffix(reflect.TypeOf(l).Elem().Name(), "List")
+		_ = apimeta.EachListItem(l, func(o runtime.Object) error {
+			out = append(out, fmt.Sprintf("%s %s exists (the operator creates none, and Kubernetes lets no admission policy guard it: remove it from the plane)",
+				kind, o.(client.Object).GetName()))
+			return nil
+		})
+	}
+	return out, nil
 }

@@ -132,6 +132,23 @@ func (p Posture) PlacementObjects() []client.Object {
 // Policies are the plane's ValidatingAdmissionPolicies and their bindings: native
 // admission, so there is no webhook server in the plane to keep alive.
 func (p Posture) Policies() []client.Object {
+	var out []client.Object
+	for _, pol := range p.policies() {
+		out = append(out, pol.objects(p.Labels)...)
+	}
+	return out
+}
+
+// PolicyNames are the names of the operator's policies (and of their bindings).
+func PolicyNames() []string {
+	var names []string
+	for _, pol := range (Posture{}).policies() {
+		names = append(names, policyPrefix+pol.name)
+	}
+	return names
+}
+
+func (p Posture) policies() []policy {
 	notOperator := admissionv1.MatchCondition{
 		Name: "not-the-operator",
 		// Service accounts of exempt (system) namespaces are trusted like the operator:
@@ -145,7 +162,7 @@ func (p Posture) Policies() []client.Object {
 	}}}
 
 	psaKeys := list([]string{PSAEnforce, PSAEnforceVersion})
-	policies := []policy{
+	return []policy{
 		{
 			name:   "pod-security-labels",
 			reason: "Only the operator may set or change a namespace's Pod Security enforcement: relabelling a namespace privileged would undo the plane's hardening.",
@@ -164,8 +181,8 @@ func (p Posture) Policies() []client.Object {
 		},
 		{
 			name:   "pod-hardening",
-			reason: "Host namespaces, hostPath volumes, privileged containers and added capabilities break the isolation untrusted code runs under; they are refused even in a namespace that lost its Pod Security label by mistake.",
-			rules:  rules([]string{""}, []string{"pods"}, admissionv1.Create, admissionv1.Update),
+			reason: "Host namespaces, host ports, hostPath volumes, privileged containers and added capabilities break the isolation untrusted code runs under; they are refused even in a namespace that lost its Pod Security label by mistake, and in ephemeral (debug) containers too.",
+			rules:  rules([]string{""}, []string{"pods", "pods/ephemeralcontainers"}, admissionv1.Create, admissionv1.Update),
 			ns:     notExempt,
 			validations: []admissionv1.Validation{
 				{Expression: "!(has(object.spec.hostNetwork) && object.spec.hostNetwork) && !(has(object.spec.hostPID) && object.spec.hostPID) && !(has(object.spec.hostIPC) && object.spec.hostIPC)",
@@ -176,45 +193,74 @@ func (p Posture) Policies() []client.Object {
 					Message: "privileged containers are not allowed in a ComputePlane"},
 				{Expression: containersAll("!has(c.securityContext) || !has(c.securityContext.capabilities) || !has(c.securityContext.capabilities.add) || size(c.securityContext.capabilities.add) == 0"),
 					Message: "adding Linux capabilities is not allowed in a ComputePlane"},
+				{Expression: containersAll("!has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0)"),
+					Message: "host ports are not allowed in a ComputePlane"},
 			},
 		},
 		{
 			name:   "service-exposure",
-			reason: "NodePort and LoadBalancer Services would expose tenant workloads outside the plane; only the operator's add-ons may create them.",
+			reason: "NodePort and LoadBalancer Services would expose tenant workloads outside the plane, and externalIPs let a Service capture traffic meant for any address (CVE-2020-8554); only the operator's add-ons may use them.",
 			rules:  rules([]string{""}, []string{"services"}, admissionv1.Create, admissionv1.Update),
 			match:  []admissionv1.MatchCondition{notOperator},
-			validations: []admissionv1.Validation{{
-				Expression: "!has(object.spec.type) || !(object.spec.type in ['NodePort', 'LoadBalancer'])",
-				Message:    "NodePort and LoadBalancer Services are not allowed in a ComputePlane",
-			}},
+			validations: []admissionv1.Validation{
+				{
+					Expression: "!has(object.spec.type) || !(object.spec.type in ['NodePort', 'LoadBalancer'])",
+					Message:    "NodePort and LoadBalancer Services are not allowed in a ComputePlane",
+				},
+				{
+					Expression: "!has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0",
+					Message:    "Services with externalIPs are not allowed in a ComputePlane (CVE-2020-8554)",
+				},
+			},
 		},
 		{
 			name: "admission-guard",
-			// Kubernetes never runs admission policies on policies and bindings
-			// themselves (so nothing can lock the cluster out); a change to those is
-			// caught as drift and restored instead.
-			reason: "Admission webhooks decide what the plane accepts (and can rewrite it); only the operator may add, change or remove them.",
-			rules: rules([]string{"admissionregistration.k8s.io"}, []string{
+			// Kubernetes never runs admission policies on admission policies and their
+			// bindings (validating or mutating), so nothing can lock the cluster out; a
+			// change to those is caught as drift instead, and a mutating policy the
+			// operator did not create keeps the gate closed.
+			reason: "Admission webhooks decide what the plane accepts (and can rewrite it), and an APIService hands a whole API group to a Service; only the operator may add, change or remove them.",
+			rules: append(rules([]string{"admissionregistration.k8s.io"}, []string{
 				"validatingwebhookconfigurations", "mutatingwebhookconfigurations",
 			}, admissionv1.Create, admissionv1.Update, admissionv1.Delete),
+				rules([]string{"apiregistration.k8s.io"}, []string{"apiservices"}, admissionv1.Create, admissionv1.Update, admissionv1.Delete)...),
 			match: []admissionv1.MatchCondition{notOperator},
 			validations: []admissionv1.Validation{{
 				Expression: "false",
-				Message:    "admission configuration of a ComputePlane is owned by the operator",
+				Message:    "admission configuration and API registration of a ComputePlane are owned by the operator",
+			}},
+		},
+		{
+			name:   "crd-conversion-webhooks",
+			reason: "A conversion webhook receives (and may rewrite) every object of its CustomResourceDefinition; only the operator may configure one.",
+			rules:  rules([]string{"apiextensions.k8s.io"}, []string{"customresourcedefinitions"}, admissionv1.Create, admissionv1.Update),
+			match:  []admissionv1.MatchCondition{notOperator},
+			validations: []admissionv1.Validation{{
+				Expression: "!has(object.spec.conversion) || !has(object.spec.conversion.strategy) || object.spec.conversion.strategy != 'Webhook'",
+				Message:    "CustomResourceDefinitions with a conversion webhook are not allowed in a ComputePlane",
+			}},
+		},
+		{
+			name:   "service-account-tokens",
+			reason: "A kubernetes.io/service-account-token Secret holds a token that never expires and survives revocation of the short-lived credentials; the plane's workloads get projected, expiring tokens instead.",
+			rules:  rules([]string{""}, []string{"secrets"}, admissionv1.Create, admissionv1.Update),
+			match:  []admissionv1.MatchCondition{notOperator},
+			validations: []admissionv1.Validation{{
+				Expression: "!has(object.type) || object.type != 'kubernetes.io/service-account-token'",
+				Message:    "ServiceAccount token Secrets (non-expiring tokens) are not allowed in a ComputePlane; use projected ServiceAccount tokens",
+			}},
+		},
+		{
+			name:   "rolebinding-subjects",
+			reason: "A deployer may grant what it holds to the ServiceAccounts of its own namespace (a chart's workloads), never to users, groups (system:unauthenticated, system:serviceaccounts) or ServiceAccounts of other namespaces.",
+			rules:  rules([]string{"rbac.authorization.k8s.io"}, []string{"rolebindings"}, admissionv1.Create, admissionv1.Update),
+			match:  []admissionv1.MatchCondition{notOperator},
+			validations: []admissionv1.Validation{{
+				Expression: "!has(object.subjects) || object.subjects.all(s, s.kind == 'ServiceAccount' && has(s.namespace) && s.namespace == object.metadata.namespace)",
+				Message:    "RoleBindings in a ComputePlane may bind only ServiceAccounts of their own namespace",
 			}},
 		},
 	}
-	var out []client.Object
-	for _, pol := range policies {
-		out = append(out, pol.objects(p.Labels)...)
-	}
-	return out
-}
-
-// PolicyNames are the names of the operator's policies (and of their bindings).
-func PolicyNames() []string {
-	return []string{policyPrefix + "pod-security-labels", policyPrefix + "pod-hardening",
-		policyPrefix + "service-exposure", policyPrefix + "admission-guard"}
 }
 
 type policy struct {
@@ -231,11 +277,22 @@ func (pol policy) objects(labels map[string]string) []client.Object {
 	vap.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"))
 	vap.Name, vap.Labels = name, labels
 	vap.Annotations = map[string]string{ReasonAnnotation: pol.reason}
+	// Every default the server fills in is spelled out, so a read-back can compare the
+	// whole spec: an added exclusion, object selector or match policy is drift.
+	ns := pol.ns
+	if ns == nil {
+		ns = &metav1.LabelSelector{}
+	}
 	vap.Spec = admissionv1.ValidatingAdmissionPolicySpec{
-		FailurePolicy:    ptr.To(admissionv1.Fail),
-		MatchConstraints: &admissionv1.MatchResources{ResourceRules: pol.rules, NamespaceSelector: pol.ns},
-		MatchConditions:  pol.match,
-		Validations:      pol.validations,
+		FailurePolicy: ptr.To(admissionv1.Fail),
+		MatchConstraints: &admissionv1.MatchResources{
+			ResourceRules:     pol.rules,
+			NamespaceSelector: ns,
+			ObjectSelector:    &metav1.LabelSelector{},
+			MatchPolicy:       ptr.To(admissionv1.Equivalent),
+		},
+		MatchConditions: pol.match,
+		Validations:     pol.validations,
 	}
 	binding := &admissionv1.ValidatingAdmissionPolicyBinding{}
 	binding.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding"))
@@ -279,19 +336,4 @@ func nonEmpty(items []string) []string {
 		return []string{"-"}
 	}
 	return items
-}
-
-// The server fills an empty namespace selector in; treat it as none.
-func emptyToNil(s *metav1.LabelSelector) *metav1.LabelSelector {
-	if s != nil && len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0 {
-		return nil
-	}
-	return s
-}
-
-// A binding the operator applied selects everything the policy matches; a live binding
-// narrowed by someone else is drift.
-func emptySelector(m *admissionv1.MatchResources) bool {
-	return m == nil || (emptyToNil(m.NamespaceSelector) == nil && emptyToNil(m.ObjectSelector) == nil &&
-		len(m.ResourceRules) == 0 && len(m.ExcludeResourceRules) == 0)
 }

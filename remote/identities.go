@@ -108,3 +108,15 @@ func sorted(in []string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// ExactFields are the fields of an identity object that must read back exactly as the
+// operator wrote them: an added rule or subject grants something.
+func ExactFields(obj client.Object) []string {
+	switch obj.(type) {
+	case *rbacv1.Role:
+		return []string{"rules"}
+	case *rbacv1.RoleBinding:
+		return []string{"subjects", "roleRef"}
+	}
+	return nil
+}

@@ -149,3 +149,69 @@ func TestDeployerRulesPodExecOnlyWhenAllowed(t *testing.T) {
 		}
 	}
 }
+
+// TestRevokeApplierKillsCopiedTokens: a token the tenant copied works until revocation,
+// then never again (the ServiceAccount it is bound to is gone), whether or not the
+// Secret it came in still exists; objects without the plane's labels are left alone.
+func TestRevokeApplierKillsCopiedTokens(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	plane, err := testenv.StartTenant(scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = plane.Stop() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := plane.Client
+	labels := map[string]string{"computeplane.cozystack.io/uid": "u1"}
+	for _, ns := range []string{"tenant-a", remote.ApplierNamespace} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, obj := range remote.Identities([]string{"tenant-a"}, []string{"tenant-a"}, false, labels) {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	token, err := remote.IssueApplierToken(ctx, c, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(plane.Config)
+	cfg.CertData, cfg.KeyData, cfg.BearerToken = nil, nil, token.Token
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:tenant-a:" + remote.DeployerName}
+	copied, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deploy := func() error {
+		return copied.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", GenerateName: "x-"}}, client.DryRunAll)
+	}
+	if err := deploy(); err != nil {
+		t.Fatalf("the issued token does not work before revocation: %v", err)
+	}
+
+	// Another plane's labels: nothing is removed.
+	if removed, err := remote.RevokeApplier(ctx, c, []string{"tenant-a"}, map[string]string{"computeplane.cozystack.io/uid": "u2"}); err != nil || len(removed) != 0 {
+		t.Fatalf("revoking for another plane removed %v (err=%v)", removed, err)
+	}
+	removed, err := remote.RevokeApplier(ctx, c, []string{"tenant-a"}, labels)
+	if err != nil || len(removed) != 2 {
+		t.Fatalf("removed %v (err=%v), want the applier ServiceAccount and its binding", removed, err)
+	}
+	// The apiserver caches a token's authentication for up to 10 s.
+	deadline := time.Now().Add(30 * time.Second)
+	for err := deploy(); err == nil || !strings.Contains(err.Error(), "Unauthorized"); err = deploy() {
+		if time.Now().After(deadline) {
+			t.Fatalf("a copied token still works after revocation: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if again, err := remote.RevokeApplier(ctx, c, []string{"tenant-a"}, labels); err != nil || len(again) != 0 {
+		t.Errorf("a second revocation removed %v (err=%v); it must write nothing", again, err)
+	}
+}

@@ -16,6 +16,11 @@ const (
 	PlaneNameLabel = "computeplane.cozystack.io/name"
 	// PlaneNamespaceLabel names the owning ComputePlane's namespace.
 	PlaneNamespaceLabel = "computeplane.cozystack.io/namespace"
+	// PlaneUIDLabel carries the owning ComputePlane's UID. Names can be reused (a plane
+	// deleted and created again, two classes with overlapping prefixes); the UID cannot,
+	// so it is what marks an object, and above all an infrastructure namespace, as this
+	// plane's own.
+	PlaneUIDLabel = "computeplane.cozystack.io/uid"
 )
 
 // ComputePlaneSpec holds only the knobs a tenant may turn. Everything that decides the
@@ -45,12 +50,15 @@ type ComputePlaneSpec struct {
 
 	// PlacementNamespaces are extra namespaces the operator pre-creates in the plane for
 	// placement releases (hardened, with quota), beyond the one named like this namespace.
+	// System namespaces are refused: default, kube-*, the operator's own computeplane-*,
+	// and (checked by the controller, which knows the class) the class's Pod Security
+	// exempt namespaces and its add-ons' target namespaces.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=63
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
-	// +kubebuilder:validation:XValidation:rule="self.all(n, !n.startsWith('kube-') && n != 'default')",message="placementNamespaces may not name default or kube-* system namespaces"
+	// +kubebuilder:validation:XValidation:rule="self.all(n, !n.startsWith('kube-') && n != 'default' && !n.startsWith('computeplane-'))",message="placementNamespaces may not name default, kube-* or computeplane-* system namespaces"
 	PlacementNamespaces []string `json:"placementNamespaces,omitempty"`
 }
 

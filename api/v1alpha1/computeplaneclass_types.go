@@ -57,6 +57,16 @@ type ServiceType string
 // sets the curated knobs, which the controller checks against the limits below.
 // +kubebuilder:validation:XValidation:rule="self.infrastructure.placement == oldSelf.infrastructure.placement && self.infrastructure.namespacePrefix == oldSelf.infrastructure.namespacePrefix",message="infrastructure.placement and infrastructure.namespacePrefix are immutable: moving existing planes' infrastructure between namespaces is not supported; create a new class"
 type ComputePlaneClassSpec struct {
+	// AllowedNamespaces selects, by label, the tenant namespaces whose ComputePlanes may
+	// use this class. Unset allows no namespace at all: a class is usable only once a
+	// platform operator says by whom, because a class decides security posture (where
+	// infrastructure lives, Pod Security, internet egress, pods/exec). `{}` allows every
+	// namespace. Select on labels tenants cannot set: namespaces are cluster-scoped and
+	// the tenant roles cannot edit them. A plane outside the selector is refused at
+	// admission, and reported Valid=False/NamespaceNotAllowed if the selector changes later.
+	// +optional
+	AllowedNamespaces *metav1.LabelSelector `json:"allowedNamespaces,omitempty"`
+
 	// KubernetesVersion of the control plane and the workers, for example "v1.33.4".
 	// Raising it upgrades every plane of the class: the control plane first, then workers.
 	// +kubebuilder:validation:Pattern=`^v1\.[0-9]+\.[0-9]+$`
@@ -128,7 +138,8 @@ type ControlPlaneProfile struct {
 // InfrastructureProfile places a plane's infrastructure.
 type InfrastructureProfile struct {
 	// Placement is DedicatedNamespace (default: an operator-owned namespace per plane,
-	// named <namespacePrefix><tenant namespace>) or TenantNamespace.
+	// named <namespacePrefix><tenant namespace>-<first 8 hex digits of the plane's UID>,
+	// the readable part shortened when too long) or TenantNamespace.
 	// +optional
 	// +kubebuilder:default=DedicatedNamespace
 	Placement InfrastructurePlacement `json:"placement,omitempty"`

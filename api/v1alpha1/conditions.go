@@ -64,4 +64,17 @@ const (
 	SpecExceedsClassReason = "SpecExceedsClass"
 	// DuplicateReason: another, older ComputePlane exists in the namespace. Terminal.
 	DuplicateReason = "DuplicateInNamespace"
+	// NamespaceNotAllowedReason: the class's allowedNamespaces does not select the
+	// plane's namespace. Terminal until the class or the namespace's labels change.
+	NamespaceNotAllowedReason = "NamespaceNotAllowed"
+	// InfrastructureConflictReason: where the plane's infrastructure would go, something
+	// the operator did not create for this plane already exists (a namespace it does not
+	// own, another plane's objects). The operator never adopts or merges: a person must
+	// remove it. Terminal until then.
+	InfrastructureConflictReason = "InfrastructureConflict"
 )
+
+// VerificationFailedReason is used by every stage: the operator could not read back
+// what the stage needs (an error from the management or the plane's API). The stage is
+// not True until a read-back succeeds; the message names the failure.
+const VerificationFailedReason = "VerificationFailed"

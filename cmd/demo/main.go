@@ -71,7 +71,7 @@ func run(ctx context.Context, stay bool) error {
 		_ = mgmt.Stop()
 	}()
 
-	mgr, err := ctrl.NewManager(mgmt.Config, ctrl.Options{
+	mgr, err := ctrl.NewManager(mgmt.OperatorConfig, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -80,7 +80,7 @@ func run(ctx context.Context, stay bool) error {
 	if err != nil {
 		return err
 	}
-	if err := controllers.Setup(ctx, mgr, controllers.Options{
+	if _, err := controllers.Setup(ctx, mgr, controllers.Options{
 		Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
 		RequeueInterval:       5 * time.Second,
 		PlaneTimeout:          5 * time.Second,
@@ -124,7 +124,7 @@ func run(ctx context.Context, stay bool) error {
 		return err
 	}
 	samples := filepath.Join(root, "config", "samples")
-	if err := kubectl("create", "namespace", "tenant-demo"); err != nil {
+	if err := kubectl("apply", "--server-side", "-f", filepath.Join(samples, "tenant-namespace.yaml")); err != nil {
 		return err
 	}
 	if err := kubectl("apply", "--server-side", "-f", filepath.Join(samples, "computeplaneclass.yaml")); err != nil {
@@ -139,20 +139,39 @@ func run(ctx context.Context, stay bool) error {
 		return err
 	}
 	_ = kubectl("get", "computeplanes", "-A")
-	_ = kubectl("get", "-n", "cp-tenant-demo",
-		"clusters.cluster.x-k8s.io,kamajicontrolplanes,tenantcontrolplanes,kubevirtclusters,kubevirtmachinetemplates,machinedeployments,helmreleases")
+	plane := &cpv1.ComputePlane{}
+	if err := mgmt.Client.Get(ctx, key, plane); err != nil {
+		return err
+	}
+	infra := plane.Status.InfrastructureNamespace
+	_ = kubectl("get", "-n", infra,
+		"clusters.cluster.x-k8s.io,kamajicontrolplanes,tenantcontrolplanes,kubevirtclusters,kubevirtmachinetemplates,machinedeployments,helmreleases,ciliumnetworkpolicies")
 	_ = kubectl("wait", "--for=condition=Ready", "--timeout=60s", "-n", "tenant-demo", "computeplane/demo")
 	_ = kubectl("get", "computeplane", "-n", "tenant-demo", "demo", "-o",
 		`jsonpath={range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.message}{"\n"}{end}`)
 
 	step("Inside the plane (through its admin kubeconfig, which only the operator uses): hardened namespaces, and a privileged pod refused by the plane's own apiserver")
-	planeKubeconfig, err := adminKubeconfig(ctx, mgmt.Client, filepath.Dir(kubeconfig))
+	planeKubeconfig, err := adminKubeconfig(ctx, mgmt.Client, infra, filepath.Dir(kubeconfig))
 	if err != nil {
 		return err
 	}
 	_ = kubectl("--kubeconfig", planeKubeconfig, "get", "namespaces", "-L", "pod-security.kubernetes.io/enforce")
-	_ = kubectl("--kubeconfig", planeKubeconfig, "run", "escape", "-n", "notebooks", "--image=busybox", "--dry-run=server",
-		`--overrides={"spec":{"containers":[{"name":"escape","image":"busybox","securityContext":{"privileged":true}}]}}`)
+	if err := refused(kubectl("--kubeconfig", planeKubeconfig, "run", "escape", "-n", "notebooks", "--image=busybox", "--dry-run=server",
+		`--overrides={"spec":{"containers":[{"name":"escape","image":"busybox","securityContext":{"privileged":true}}]}}`)); err != nil {
+		return fmt.Errorf("a privileged pod in the plane: %w", err)
+	}
+
+	step("A tenant (alice, bound to the shipped tenant-edit role) cannot strip the plane's finalizer to skip its teardown")
+	if err := kubectl("apply", "--server-side", "-f", filepath.Join(root, "config", "rbac", "tenant_roles.yaml")); err != nil {
+		return err
+	}
+	if err := kubectl("create", "rolebinding", "alice", "-n", "tenant-demo", "--clusterrole=tenant-edit", "--user=alice"); err != nil {
+		return err
+	}
+	if err := refused(kubectl("--as=alice", "patch", "-n", "tenant-demo", "computeplane/demo", "--type=json",
+		`-p=[{"op":"remove","path":"/metadata/finalizers"}]`)); err != nil {
+		return fmt.Errorf("stripping the finalizer as a tenant: %w", err)
+	}
 
 	step("The tenant namespace holds only the plane and the least-privilege applier kubeconfig (never the admin one)")
 	_ = kubectl("get", "secrets", "-n", "tenant-demo", "-L", "reconcile.fluxcd.io/watch")
@@ -161,7 +180,9 @@ func run(ctx context.Context, stay bool) error {
 	_ = kubectl("explain", "computeplane.spec.nodeGroups")
 
 	step("A second plane in the same namespace is refused at admission")
-	_ = kubectl("create", "--dry-run=server", "-f", filepath.Join(samples, "computeplane-second.yaml"))
+	if err := refused(kubectl("create", "--dry-run=server", "-f", filepath.Join(samples, "computeplane-second.yaml"))); err != nil {
+		return fmt.Errorf("a second plane: %w", err)
+	}
 
 	step("Forcing a reconcile the Flux way")
 	stamp := fmt.Sprint(time.Now().Unix())
@@ -205,11 +226,26 @@ func watchProvisioning(ctx context.Context, c client.Client, key client.ObjectKe
 	})
 }
 
+// refused turns the result of a kubectl command that must be refused into an error
+// when it was accepted: a safety property the demo shows must hold, or the demo fails.
+func refused(err error) error {
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return errors.New("accepted; it must be refused")
+	case errors.As(err, &exit):
+		fmt.Println("    (refused, as it must be)")
+		return nil
+	default:
+		return err
+	}
+}
+
 // adminKubeconfig copies the plane's admin kubeconfig (Kamaji's Secret in the
 // infrastructure namespace) to a file for the walkthrough.
-func adminKubeconfig(ctx context.Context, c client.Client, dir string) (string, error) {
+func adminKubeconfig(ctx context.Context, c client.Client, infra, dir string) (string, error) {
 	secret := &corev1.Secret{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "cp-tenant-demo", Name: "demo-admin-kubeconfig"}, secret); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: infra, Name: "demo-admin-kubeconfig"}, secret); err != nil {
 		return "", err
 	}
 	path := filepath.Join(dir, "plane-admin")

@@ -66,7 +66,7 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := controllers.Setup(ctx, mgr, controllers.Options{
+	if _, err := controllers.Setup(ctx, mgr, controllers.Options{
 		Setup: controllers.SetupOptions{
 			Options: controller.Options{
 				MaxConcurrentReconciles: concurrent,

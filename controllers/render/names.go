@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"strings"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
@@ -31,14 +32,28 @@ const (
 	AdminKubeconfigKey = "super-admin.svc"
 )
 
-// InfrastructureNamespace is where a plane's infrastructure lives: a dedicated,
-// operator-owned namespace (<prefix><tenant namespace>, shortened with a hash when too
-// long) or the tenant namespace itself, as the class says.
+// InfrastructureNamespace is where a plane's infrastructure lives: the tenant namespace
+// itself, or (the default) a dedicated, operator-owned namespace
+// <prefix><tenant namespace>-<uid8>, where uid8 is the first 8 hex digits of the plane's
+// UID and the readable part is shortened with a hash when the whole would pass 63
+// characters.
+//
+// The readable part alone is not unique: classes with overlapping prefixes ("cp-" and
+// "cp-a-"), truncated long names, or a plane deleted and created again under the same
+// name would share it. The UID suffix separates all of those (UIDs are random and
+// assigned by the apiserver, not chosen by a tenant). What remains (two planes whose
+// readable parts and 32 random bits both agree) is refused, never merged: the operator
+// creates the namespace itself, marks it with the full UID (PlaneUIDLabel) and uses no
+// namespace without that mark.
 func InfrastructureNamespace(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) string {
 	if class.Spec.Infrastructure.Placement == cpv1.TenantNamespace {
 		return plane.Namespace
 	}
-	return fitName(class.Spec.Infrastructure.NamespacePrefix+plane.Namespace, 63)
+	suffix := ""
+	if uid := strings.ReplaceAll(strings.ToLower(string(plane.UID)), "-", ""); len(uid) >= 8 {
+		suffix = "-" + uid[:8]
+	}
+	return fitName(class.Spec.Infrastructure.NamespacePrefix+plane.Namespace, 63-len(suffix)) + suffix
 }
 
 // ClusterName names the Cluster, KamajiControlPlane (and so Kamaji's
@@ -56,12 +71,24 @@ func MachineDeploymentName(plane *cpv1.ComputePlane, group string) string {
 	return fitName(ClusterName(plane)+"-"+group, 63)
 }
 
-// PlaneLabels link an object to its ComputePlane across namespaces.
+// PlaneLabels link an object to its ComputePlane across namespaces. The UID label tells
+// this plane's objects from those of an earlier plane of the same name.
 func PlaneLabels(plane *cpv1.ComputePlane) map[string]string {
 	return map[string]string{
 		cpv1.PlaneNameLabel:      plane.Name,
 		cpv1.PlaneNamespaceLabel: plane.Namespace,
+		cpv1.PlaneUIDLabel:       string(plane.UID),
 		ManagedByLabel:           ManagedByValue,
+	}
+}
+
+// PlaneSelector selects what the operator created for this plane and no other (not an
+// earlier plane's leftovers of the same name).
+func PlaneSelector(plane *cpv1.ComputePlane) map[string]string {
+	return map[string]string{
+		cpv1.PlaneNameLabel:      plane.Name,
+		cpv1.PlaneNamespaceLabel: plane.Namespace,
+		cpv1.PlaneUIDLabel:       string(plane.UID),
 	}
 }
 

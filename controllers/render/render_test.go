@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
@@ -26,27 +27,59 @@ func testClass() *cpv1.ComputePlaneClass {
 
 func testPlane(groups map[string]cpv1.NodeGroup) *cpv1.ComputePlane {
 	return &cpv1.ComputePlane{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "plane"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "plane", UID: "3f2a9c1b-0000-4000-8000-000000000001"},
 		Spec:       cpv1.ComputePlaneSpec{ClassName: "std", NodeGroups: groups},
 	}
 }
 
 func TestInfrastructureNamespace(t *testing.T) {
-	class := testClass()
-	p := testPlane(nil)
-	if got := InfrastructureNamespace(p, class); got != "cp-tenant-a" {
-		t.Errorf("dedicated = %q", got)
+	plane := func(ns, uid string) *cpv1.ComputePlane {
+		p := testPlane(nil)
+		p.Namespace, p.UID = ns, types.UID(uid)
+		return p
 	}
-	p.Namespace = strings.Repeat("t", 63)
-	if got := InfrastructureNamespace(p, class); len(got) != 63 || !strings.HasPrefix(got, "cp-ttt") {
+	classWith := func(prefix string, placement cpv1.InfrastructurePlacement) *cpv1.ComputePlaneClass {
+		c := testClass()
+		c.Spec.Infrastructure = cpv1.InfrastructureProfile{Placement: placement, NamespacePrefix: prefix}
+		return c
+	}
+	long := strings.Repeat("t", 63)
+	cases := []struct {
+		name  string
+		plane *cpv1.ComputePlane
+		class *cpv1.ComputePlaneClass
+		want  string
+	}{
+		{"dedicated", plane("tenant-a", "3f2a9c1b-0000-4000-8000-000000000001"), classWith("cp-", cpv1.DedicatedNamespace), "cp-tenant-a-3f2a9c1b"},
+		{"uid case and dashes", plane("tenant-a", "3F2A-9C1B-0000"), classWith("cp-", cpv1.DedicatedNamespace), "cp-tenant-a-3f2a9c1b"},
+		{"tenant namespace", plane("tenant-a", "3f2a9c1b-0000"), classWith("cp-", cpv1.TenantNamespace), "tenant-a"},
+	}
+	for _, tc := range cases {
+		if got := InfrastructureNamespace(tc.plane, tc.class); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	if got := InfrastructureNamespace(plane(long, "3f2a9c1b-0000"), classWith("cp-", cpv1.DedicatedNamespace)); len(got) != 63 ||
+		!strings.HasPrefix(got, "cp-ttt") || !strings.HasSuffix(got, "-3f2a9c1b") {
 		t.Errorf("long namespace = %q (%d chars)", got, len(got))
 	}
-	if a, b := InfrastructureNamespace(p, class), InfrastructureNamespace(testPlane(nil), class); a == b {
-		t.Error("different tenants share an infrastructure namespace")
+
+	// Names whose readable parts collide are told apart by the plane's UID.
+	collisions := [][2]string{
+		// Overlapping class prefixes: "cp-" + "a-x" and "cp-a-" + "x".
+		{InfrastructureNamespace(plane("a-x", "11111111-0000"), classWith("cp-", cpv1.DedicatedNamespace)),
+			InfrastructureNamespace(plane("x", "22222222-0000"), classWith("cp-a-", cpv1.DedicatedNamespace))},
+		// Long namespaces that agree on the part that survives truncation.
+		{InfrastructureNamespace(plane(long, "11111111-0000"), classWith("cp-", cpv1.DedicatedNamespace)),
+			InfrastructureNamespace(plane(long[:62]+"u", "22222222-0000"), classWith("cp-", cpv1.DedicatedNamespace))},
+		// A plane deleted and created again under the same name.
+		{InfrastructureNamespace(plane("tenant-a", "11111111-0000"), classWith("cp-", cpv1.DedicatedNamespace)),
+			InfrastructureNamespace(plane("tenant-a", "22222222-0000"), classWith("cp-", cpv1.DedicatedNamespace))},
 	}
-	class.Spec.Infrastructure.Placement = cpv1.TenantNamespace
-	if got := InfrastructureNamespace(testPlane(nil), class); got != "tenant-a" {
-		t.Errorf("tenant placement = %q", got)
+	for i, c := range collisions {
+		if c[0] == c[1] {
+			t.Errorf("collision %d: both planes get %q", i, c[0])
+		}
 	}
 }
 
@@ -246,7 +279,7 @@ func TestAddonsUseTheAdminKubeconfigOnlyInTheInfrastructureNamespace(t *testing.
 		t.Fatalf("addons = %d", len(hrs))
 	}
 	hr := hrs[0]
-	if hr.Namespace != "cp-tenant-a" {
+	if hr.Namespace != "cp-tenant-a-3f2a9c1b" {
 		t.Errorf("add-on release in %q, want the infrastructure namespace", hr.Namespace)
 	}
 	if ref := hr.Spec.KubeConfig.SecretRef; ref.Name != "plane-admin-kubeconfig" || ref.Key != "super-admin.svc" {

@@ -18,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/netpol"
 	"github.com/cozystack/computeplane/test/devprovider"
 )
 
@@ -39,6 +41,7 @@ func BenchmarkHardening(b *testing.B) {
 
 	c := mgmt.Client
 	class := &cpv1.ComputePlaneClass{ObjectMeta: metav1.ObjectMeta{Name: "bench-harden"}, Spec: cpv1.ComputePlaneClassSpec{
+		AllowedNamespaces: &metav1.LabelSelector{},
 		KubernetesVersion: "v1.33.4",
 		Addons: []cpv1.SystemAddon{{Name: "cilium", Role: cpv1.AddonRoleCNI, TargetNamespace: "kube-system",
 			ChartRef: cpv1.AddonChartRef{Kind: "OCIRepository", Name: "cilium"}}},
@@ -61,9 +64,10 @@ func BenchmarkHardening(b *testing.B) {
 			b.Fatal(err)
 		}
 		key := client.ObjectKeyFromObject(p)
+		infra := render.InfrastructureNamespace(p, class)
 		reachable := until(b, ctx, func() bool {
 			tcp := &kamajiv1alpha1.TenantControlPlane{}
-			if c.Get(ctx, client.ObjectKey{Namespace: "cp-" + ns, Name: "plane"}, tcp) != nil {
+			if c.Get(ctx, client.ObjectKey{Namespace: infra, Name: "plane"}, tcp) != nil {
 				return false
 			}
 			st := tcp.Status.Kubernetes.Version.Status
@@ -75,7 +79,7 @@ func BenchmarkHardening(b *testing.B) {
 
 		// Drift made with the operator's own credential: anyone else is refused by the
 		// plane's admission policies before anything drifts.
-		tenant := operatorClient(b, ctx, c, "cp-"+ns, scheme)
+		tenant := operatorClient(b, ctx, c, infra, scheme)
 
 		vap := &admissionv1.ValidatingAdmissionPolicy{}
 		if err := tenant.Get(ctx, client.ObjectKey{Name: "computeplane-pod-hardening"}, vap); err != nil {
@@ -108,7 +112,7 @@ func BenchmarkHardening(b *testing.B) {
 		b.ReportMetric(float64(restored.Sub(start).Milliseconds()), "ms-relabel-to-restored")
 
 		cnp := &ciliumv2.CiliumNetworkPolicy{}
-		cnpKey := client.ObjectKey{Namespace: "cp-" + ns, Name: "computeplane-egress-baseline"}
+		cnpKey := client.ObjectKey{Namespace: infra, Name: netpol.BaselineName(p.Name, string(p.UID))}
 		if err := c.Get(ctx, cnpKey, cnp); err != nil {
 			b.Fatal(err)
 		}

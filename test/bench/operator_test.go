@@ -33,14 +33,14 @@ func newOperator(b *testing.B, ctx context.Context, wrap func(http.RoundTripper)
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = mgmt.Stop() })
-	cfg := *mgmt.Config
+	cfg := *mgmt.OperatorConfig
 	cfg.WrapTransport = wrap
 	mgr, err := ctrl.NewManager(&cfg, ctrl.Options{Scheme: scheme, Controller: benchControllers,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := controllers.Setup(ctx, mgr, controllers.Options{
+	if _, err := controllers.Setup(ctx, mgr, controllers.Options{
 		Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
 		RequeueInterval:       30 * time.Second,
 		PlaneTimeout:          5 * time.Second,

@@ -58,6 +58,7 @@ func BenchmarkReconcileToSettled(b *testing.B) {
 	class := &cpv1.ComputePlaneClass{
 		ObjectMeta: metav1.ObjectMeta{Name: "bench"},
 		Spec: cpv1.ComputePlaneClassSpec{
+			AllowedNamespaces: &metav1.LabelSelector{},
 			KubernetesVersion: "v1.33.4",
 			Addons: []cpv1.SystemAddon{{Name: "cilium", Role: cpv1.AddonRoleCNI, TargetNamespace: "kube-system",
 				ChartRef: cpv1.AddonChartRef{Kind: "OCIRepository", Name: "cilium"}}},

@@ -13,11 +13,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
+// OperatorUser is the user name the operator has on the management cluster as
+// config/default installs it (its ServiceAccount). The management-side admission
+// policies in config/policies name it; tests run the operator under the same name.
+const OperatorUser = "system:serviceaccount:computeplane-system:computeplane-controller-manager"
+
 // Cluster is one running kube-apiserver (with its etcd).
 type Cluster struct {
 	Env    *envtest.Environment
 	Config *rest.Config
 	Client client.Client
+	// OperatorConfig authenticates as OperatorUser (management clusters only).
+	OperatorConfig *rest.Config
+	// etcdDir is etcd's data directory, owned here so etcd can be stopped and started
+	// again with its data (envtest deletes a directory it created on every stop).
+	etcdDir string
 }
 
 // Stop stops the apiserver and etcd and removes their data.
@@ -25,8 +35,19 @@ func (c *Cluster) Stop() error {
 	if c == nil || c.Env == nil {
 		return nil
 	}
-	return c.Env.Stop()
+	err := c.Env.Stop()
+	if c.etcdDir != "" {
+		_ = os.RemoveAll(c.etcdDir)
+	}
+	return err
 }
+
+// StopEtcd stops the cluster's etcd while its apiserver keeps running, as when a
+// datastore dies: the apiserver still answers /version, but nothing that needs storage.
+func (c *Cluster) StopEtcd() error { return c.Env.ControlPlane.Etcd.Stop() }
+
+// StartEtcd starts the cluster's etcd again, on the same address, with its data.
+func (c *Cluster) StartEtcd() error { return c.Env.ControlPlane.Etcd.Start() }
 
 // ManagementOptions shape the management cluster.
 type ManagementOptions struct {
@@ -60,16 +81,40 @@ func StartManagement(o ManagementOptions) (*Cluster, error) {
 			Paths: []string{filepath.Join(root, "config", "webhook")},
 		}
 	}
-	return start(env, o.Scheme)
+	c, err := start(env, o.Scheme)
+	if err != nil {
+		return nil, err
+	}
+	if err := installPolicies(c.Client, filepath.Join(root, "config", "policies")); err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
+	user, err := env.AddUser(envtest.User{Name: OperatorUser, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
+	c.OperatorConfig = user.Config()
+	c.OperatorConfig.QPS, c.OperatorConfig.Burst = c.Config.QPS, c.Config.Burst
+	return c, nil
 }
 
 // StartTenant starts an independent apiserver standing in for a plane's Kamaji control
 // plane: its own etcd, its own admission chain (Pod Security, ValidatingAdmissionPolicy).
 func StartTenant(scheme *runtime.Scheme) (*Cluster, error) {
-	return start(&envtest.Environment{
-		BinaryAssetsDirectory: os.Getenv("KUBEBUILDER_ASSETS"),
-		Scheme:                scheme,
-	}, scheme)
+	dir, err := os.MkdirTemp("", "computeplane-tenant-etcd-")
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: os.Getenv("KUBEBUILDER_ASSETS"), Scheme: scheme}
+	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: dir}
+	c, err := start(env, scheme)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	c.etcdDir = dir
+	return c, nil
 }
 
 func start(env *envtest.Environment, scheme *runtime.Scheme) (*Cluster, error) {
