@@ -98,7 +98,7 @@ func BaselinePolicy(b Baseline) *ciliumv2.CiliumNetworkPolicy {
 			Description:      "ComputePlane egress baseline: no management kube-apiserver, nothing cluster-internal but DNS and the plane's own control plane",
 			EndpointSelector: selector(vm),
 			Egress:           egress,
-			EgressDeny: denyAPIServer(),
+			EgressDeny:       denyAPIServer(),
 		},
 	}
 	return p

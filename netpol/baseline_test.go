@@ -13,8 +13,8 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 
 func TestBaselineGolden(t *testing.T) {
 	base := Baseline{
-		Name:         BaselineName("plane", "3f2a9c1b-0000-4000-8000-000000000001"),
-		Namespace:    "cp-tenant-a-3f2a9c1b",
+		Name:      BaselineName("plane", "3f2a9c1b-0000-4000-8000-000000000001"),
+		Namespace: "cp-tenant-a-3f2a9c1b",
 		VMSelector: map[string]string{"computeplane.cozystack.io/name": "plane", "computeplane.cozystack.io/namespace": "tenant-a",
 			"computeplane.cozystack.io/uid": "3f2a9c1b-0000-4000-8000-000000000001"},
 		ControlPlane: "plane",

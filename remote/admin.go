@@ -22,10 +22,10 @@ import (
 // run a program, use a proxy, skip TLS verification or send its own credential (its
 // ServiceAccount token) anywhere.
 type AdminCredential struct {
-	Server           string
-	CAData           []byte
-	CertData         []byte
-	KeyData          []byte
+	Server   string
+	CAData   []byte
+	CertData []byte
+	KeyData  []byte
 	// Identity is the certificate's common name: the user the plane's API server sees.
 	Identity string
 	// Hash identifies the credential, so a rotation builds a new client.

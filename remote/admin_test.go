@@ -89,7 +89,9 @@ func TestParseAdminKubeconfig(t *testing.T) {
 		{"tls server name", build(func(c *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) { c.TLSServerName = "kubernetes" }), "tls-server-name"},
 		{"foreign server", build(func(c *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) { c.Server = "https://attacker.example:6443" }), "not an endpoint the control plane reports"},
 		{"plain http", build(func(c *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) { c.Server = "http://p.cp-a.svc:6443" }), "only https://host:port"},
-		{"a path", build(func(c *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) { c.Server = "https://p.cp-a.svc:6443/api/v1/namespaces/x/services/y/proxy" }), "only https://host:port"},
+		{"a path", build(func(c *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) {
+			c.Server = "https://p.cp-a.svc:6443/api/v1/namespaces/x/services/y/proxy"
+		}), "only https://host:port"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
