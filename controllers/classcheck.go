@@ -75,11 +75,11 @@ func checkAgainstClass(namespace string, spec *cpv1.ComputePlaneSpec, class *cpv
 // name is a placement namespace too.
 func checkPlacementNamespaces(namespace string, spec *cpv1.ComputePlaneSpec, class *cpv1.ComputePlaneClassSpec) field.ErrorList {
 	reserved := map[string]string{}
-	for _, n := range class.PodSecurity.ExemptNamespaces {
-		reserved[n] = "is exempt from Pod Security in the class"
-	}
 	for _, a := range class.Addons {
 		reserved[a.TargetNamespace] = "is add-on " + a.Name + "'s target namespace"
+	}
+	for _, n := range class.PodSecurity.ExemptNamespaces {
+		reserved[n] = "is exempt from Pod Security in the class"
 	}
 	why := func(n string) string {
 		switch {

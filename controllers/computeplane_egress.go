@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -35,13 +36,19 @@ func (r *ComputePlaneReconciler) reconcileEgress(ctx context.Context, s *scope) 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(changed) > 0 && apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.EgressCondition) {
-		return r.reportDrift(s, client.ObjectKeyFromObject(p), describePolicies(changed), func() {
+	key := client.ObjectKeyFromObject(p)
+	wasVerified := apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.EgressCondition) || r.Planes.WasVerified(key, cpv1.EgressCondition)
+	if len(changed) > 0 && wasVerified {
+		return r.reportDrift(s, key, cpv1.EgressCondition, describePolicies(changed), func() {
 			s.observe(cpv1.EgressCondition, stageFalse(DriftedReason,
 				"%s was removed or changed; restoring", strings.Join(describePolicies(changed), ", ")))
 		}), nil
 	}
 	if len(changed) > 0 {
+		if wait := r.Planes.RepairWait(key, time.Now()); wait > 0 {
+			s.waiting = true
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
 		for _, want := range changed {
 			if _, err := remote.Apply(ctx, r.Client, want, FieldOwner, "spec"); err != nil {
 				return ctrl.Result{}, err
@@ -59,6 +66,7 @@ func (r *ComputePlaneReconciler) reconcileEgress(ctx context.Context, s *scope) 
 			return ctrl.Result{RequeueAfter: r.jitter()}, nil
 		}
 	}
+	r.Planes.SetVerified(key, cpv1.EgressCondition, true)
 	internet := "denied"
 	if class.Spec.Egress.Internet == cpv1.InternetAllow {
 		internet = "allowed"

@@ -30,6 +30,9 @@ const (
 	DriftedReason = "Drifted"
 	// NotVerifiedReason: the read-back after applying still found differences.
 	NotVerifiedReason = "NotVerified"
+	// NotEnforcedReason: the policies read back as written, but the plane's API server
+	// does not refuse what they forbid yet (it loads new policies a moment later).
+	NotEnforcedReason = "NotEnforced"
 )
 
 // reconcileHardening hardens the plane through its admin kubeconfig: admission policies,
@@ -58,17 +61,24 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	}
 	posture := postureFor(s.plane, s.class, plane.Identity)
 
-	wasVerified := verified(s.plane) || r.Planes.WasVerified(key)
+	wasVerified := verified(s.plane) || r.Planes.WasVerified(key, cpv1.PodSecurityCondition)
 	found, err := remote.Inspect(ctx, plane.Client, posture)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if wasVerified && found.Drifted() {
-		return r.reportDrift(s, key, append(found.Admission, found.PodSecurity...), func() {
+		return r.reportDrift(s, key, cpv1.PodSecurityCondition, append(found.Admission, found.PodSecurity...), func() {
 			observeFindings(s, found, DriftedReason, "drifted, restoring")
 		}), nil
 	}
 
+	if found.Drifted() {
+		if wait := r.Planes.RepairWait(key, time.Now()); wait > 0 {
+			// A repeated drift backs off: keep the conditions it set and repair later.
+			s.waiting = true
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+	}
 	wrote, labelled, err := remote.Harden(ctx, plane.Client, posture, HardeningFieldOwner)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -80,7 +90,7 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	if wasVerified && len(wrote) > 0 {
 		// Something changed between the look and the write: that is drift too, repaired
 		// already; report it so the gate visibly closed.
-		return r.reportDrift(s, key, wrote, func() {
+		return r.reportDrift(s, key, cpv1.PodSecurityCondition, wrote, func() {
 			observeFindings(s, remote.Findings{PodSecurity: wrote}, DriftedReason, "drifted, restoring")
 		}), nil
 	}
@@ -94,7 +104,21 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 		s.waiting = true
 		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
-	r.Planes.SetVerified(key, true)
+	if !wasVerified {
+		// Written is not in force: the API server loads policies a moment later. The
+		// gate opens only once each refuses what it must.
+		pending, err := remote.Unenforced(ctx, plane.Canary)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if len(pending) > 0 {
+			s.observe(cpv1.AdmissionCondition, stageFalse(NotEnforcedReason,
+				"the plane's API server does not enforce %v yet (a dry-run request they must refuse was accepted); looking again shortly", pending))
+			s.waiting = true
+			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		}
+	}
+	r.Planes.SetVerified(key, cpv1.PodSecurityCondition, true)
 	// The plane's objects are watched; this periodic look is a safety net for a missed
 	// event (a watch re-established after the plane was unreachable, say).
 	return ctrl.Result{RequeueAfter: r.jitter()}, nil
@@ -104,8 +128,8 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 // Drifted naming what; a Warning event) and asks for the pass that restores it: at once
 // the first time, later when drifts repeat, so another writer fighting the operator
 // cannot turn it (and the credential the gate revokes and re-issues) into a hot loop.
-func (r *ComputePlaneReconciler) reportDrift(s *scope, key client.ObjectKey, what []string, observe func()) ctrl.Result {
-	r.Planes.SetVerified(key, false)
+func (r *ComputePlaneReconciler) reportDrift(s *scope, key client.ObjectKey, stage string, what []string, observe func()) ctrl.Result {
+	r.Planes.SetVerified(key, stage, false)
 	delay, n := r.Planes.DriftDelay(key, time.Now())
 	msg := "The plane drifted: " + strings.Join(what, "; ")
 	if n > 1 {
@@ -142,8 +166,8 @@ func prefixed(prefix string, items []string) []string {
 }
 
 // verified reports whether both hardening conditions were True: a difference found now
-// is drift, not a first rollout. (The cache also remembers it, for when this status is
-// stale.)
+// is drift, not a first rollout. (The plane cache also remembers it, for when this
+// status is stale.)
 func verified(p *cpv1.ComputePlane) bool {
 	return apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.PodSecurityCondition) &&
 		apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.AdmissionCondition)

@@ -54,12 +54,17 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(changed) > 0 && apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.IdentitiesCondition) {
-		return r.reportDrift(s, key, changed, func() {
+	wasVerified := apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.IdentitiesCondition) || r.Planes.WasVerified(key, cpv1.IdentitiesCondition)
+	if len(changed) > 0 && wasVerified {
+		return r.reportDrift(s, key, cpv1.IdentitiesCondition, changed, func() {
 			s.observe(cpv1.IdentitiesCondition, stageFalse(DriftedReason, "%s removed or changed; restoring", strings.Join(changed, ", ")))
 		}), nil
 	}
 	if len(changed) > 0 {
+		if wait := r.Planes.RepairWait(key, time.Now()); wait > 0 {
+			s.waiting = true
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
 		for _, o := range objs {
 			if _, err := remote.Apply(ctx, plane.Client, o, HardeningFieldOwner, remote.ExactFields(o)...); err != nil {
 				return ctrl.Result{}, err
@@ -83,6 +88,7 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 		s.observe(cpv1.IdentitiesCondition, stageTerminal(IdentitiesFailedReason, "%s", conflict))
 		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
+	r.Planes.SetVerified(key, cpv1.IdentitiesCondition, true)
 	rotateAt := expires.Add(-r.TokenLifetime / 3)
 	s.observe(cpv1.IdentitiesCondition, stageTrue(cpv1.SucceededReason, fmt.Sprintf(
 		"deployer %s/%s may deploy into %v; applier %s/%s may only impersonate it; its kubeconfig Secret %s expires at %s and is renewed at %s",
@@ -196,6 +202,10 @@ func (r *ComputePlaneReconciler) revokeApplierCredential(ctx context.Context, s 
 	if plane, ok := r.Planes.Existing(ctx, client.ObjectKeyFromObject(p)); ok {
 		removed, err := remote.RevokeApplier(ctx, plane.Client, []string{p.Namespace}, render.PlaneSelector(p))
 		revoked = append(revoked, removed...)
+		if len(removed) > 0 {
+			// Gone by the operator's own hand: recreating them is no repair of drift.
+			r.Planes.SetVerified(client.ObjectKeyFromObject(p), cpv1.IdentitiesCondition, false)
+		}
 		if err != nil {
 			unbound = fmt.Sprintf("; the plane refused removing the applier (%v), so its token stays valid until it expires or the plane answers", err)
 		}

@@ -48,7 +48,8 @@ func (r *ComputePlaneReconciler) patchStatus(ctx context.Context, s *scope, befo
 	if equality.Semantic.DeepEqual(ownedStatus(before), after) {
 		return nil
 	}
-	if err := applyStatus(ctx, r.Client, p, after); err != nil {
+	written, err := applyStatus(ctx, r.Client, p, after)
+	if err != nil || !written {
 		return err
 	}
 	// Only what was written is news: a failed patch is retried, and its transitions
@@ -70,10 +71,12 @@ func ownedStatus(st *cpv1.ComputePlaneStatus) *cpv1.ComputePlaneStatus {
 	return out
 }
 
-func applyStatus(ctx context.Context, c client.Client, p *cpv1.ComputePlane, st *cpv1.ComputePlaneStatus) error {
+// applyStatus applies the status and reports whether it was written: a plane deleted
+// meanwhile has nothing left to report on, which is not an error.
+func applyStatus(ctx context.Context, c client.Client, p *cpv1.ComputePlane, st *cpv1.ComputePlaneStatus) (bool, error) {
 	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(st)
 	if err != nil {
-		return err
+		return false, err
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{"status": status}}
 	u.SetGroupVersionKind(cpv1.GroupVersion.WithKind("ComputePlane"))
@@ -81,12 +84,12 @@ func applyStatus(ctx context.Context, c client.Client, p *cpv1.ComputePlane, st 
 	u.SetNamespace(p.Namespace)
 	err = c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
 	if apierrors.IsNotFound(err) {
-		return nil // deleted meanwhile: nothing left to report on
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("patching status: %w", err)
+		return false, fmt.Errorf("patching status: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 // recordTransitions emits one event per owned condition whose status or reason changed to

@@ -543,8 +543,11 @@ func TestHardeningOnARealPlane(t *testing.T) {
 	for _, hr := range hrs.Items {
 		// Every plane's admin kubeconfig is referenced only from its own infrastructure
 		// namespace, by the operator's add-on releases.
+		// (TenantNamespace placement keeps the add-ons in the plane's own namespace.)
+		owner := planeOfLabels(hr.Labels)
+		inPlace := hr.Namespace == infraOf(owner) || hr.Namespace == owner.Namespace
 		if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil && strings.HasSuffix(kc.SecretRef.Name, "-admin-kubeconfig") &&
-			(hr.Namespace != infraOf(planeOfLabels(hr.Labels)) || hr.Labels["computeplane.cozystack.io/addon-role"] == "") {
+			(!inPlace || hr.Labels["computeplane.cozystack.io/addon-role"] == "") {
 			t.Errorf("HelmRelease %s/%s references the admin kubeconfig but is not an operator add-on", hr.Namespace, hr.Name)
 		}
 	}

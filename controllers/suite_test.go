@@ -30,6 +30,8 @@ import (
 var (
 	mgmt *testenv.Cluster
 	k8s  client.Client
+	// reconciler is the running ComputePlane reconciler (tests look into its plane cache).
+	reconciler *controllers.ComputePlaneReconciler
 )
 
 func TestMain(m *testing.M) {
@@ -66,7 +68,7 @@ func runSuite(m *testing.M) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := controllers.Setup(ctx, mgr, controllers.Options{
+	if reconciler, err = controllers.Setup(ctx, mgr, controllers.Options{
 		Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 2}, ReconcileRequests: true},
 		RequeueInterval:       2 * time.Second,
 		PlaneTimeout:          2 * time.Second,

@@ -135,6 +135,12 @@ func TestDriftBackoff(t *testing.T) {
 	if d, n := c.DriftDelay(key, now.Add(time.Second)); d != DriftBackoffBase || n != 2 {
 		t.Errorf("second drift: %s #%d", d, n)
 	}
+	if w := c.RepairWait(key, now.Add(time.Second+DriftBackoffBase/2)); w != DriftBackoffBase/2 {
+		t.Errorf("half way through the backoff the repair waits %s more, want %s", w, DriftBackoffBase/2)
+	}
+	if w := c.RepairWait(key, now.Add(time.Second+DriftBackoffBase)); w != 0 {
+		t.Errorf("after the backoff the repair still waits %s", w)
+	}
 	if d, n := c.DriftDelay(key, now.Add(DriftQuietPeriod+2*time.Second)); d != 0 || n != 1 {
 		t.Errorf("after a quiet period: %s #%d, want a fresh start", d, n)
 	}

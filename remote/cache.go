@@ -23,6 +23,9 @@ type Plane struct {
 	// Client talks to the plane as the operator (its admin credential). It reads the
 	// API directly, never a cache.
 	Client client.Client
+	// Canary impersonates CanaryUser with system:masters, for dry-run requests that
+	// the plane's policies must refuse.
+	Canary client.Client
 	// Identity is the user name the plane's API server sees for the operator, so
 	// admission policies can let it (and nobody else) change what it owns.
 	Identity string
@@ -82,9 +85,10 @@ type ClusterCache struct {
 
 	mu      sync.Mutex
 	entries map[types.NamespacedName]*entry
-	// verified remembers the planes whose hardening was read back at least once, so a
-	// difference found later is drift, even when the status in the cache lags behind.
-	verified map[types.NamespacedName]bool
+	// verified remembers, per plane and stage, what was read back as the operator left
+	// it, so a difference found later is drift even when the status in the informer
+	// cache lags behind.
+	verified map[types.NamespacedName]map[string]bool
 	drifts   map[types.NamespacedName]*driftRecord
 }
 
@@ -106,7 +110,7 @@ func (c *ClusterCache) init() {
 	c.once.Do(func() {
 		c.started = make(chan struct{})
 		c.entries = map[types.NamespacedName]*entry{}
-		c.verified = map[types.NamespacedName]bool{}
+		c.verified = map[types.NamespacedName]map[string]bool{}
 		c.drifts = map[types.NamespacedName]*driftRecord{}
 	})
 }
@@ -130,22 +134,25 @@ func (c *ClusterCache) Start(ctx context.Context) error {
 // NeedLeaderElection: the informers feed the controller, which runs on the leader.
 func (c *ClusterCache) NeedLeaderElection() bool { return true }
 
-// SetVerified records whether the plane's hardening is, as far as the operator knows,
+// SetVerified records whether a stage of the plane is, as far as the operator knows,
 // as it applied it: true after a successful read-back, false once drift was reported
 // (so the next pass restores instead of reporting it again).
-func (c *ClusterCache) SetVerified(key types.NamespacedName, v bool) {
+func (c *ClusterCache) SetVerified(key types.NamespacedName, stage string, v bool) {
 	c.init()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.verified[key] = v
+	if c.verified[key] == nil {
+		c.verified[key] = map[string]bool{}
+	}
+	c.verified[key][stage] = v
 }
 
-// WasVerified reports what SetVerified last recorded for the plane.
-func (c *ClusterCache) WasVerified(key types.NamespacedName) bool {
+// WasVerified reports what SetVerified last recorded for the plane's stage.
+func (c *ClusterCache) WasVerified(key types.NamespacedName, stage string) bool {
 	c.init()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.verified[key]
+	return c.verified[key][stage]
 }
 
 // Get returns the plane's connection, building or rebuilding it as needed.
@@ -339,9 +346,15 @@ func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*
 	if err != nil {
 		return nil, err
 	}
+	canaryCfg := rest.CopyConfig(cfg)
+	canaryCfg.Impersonate = rest.ImpersonationConfig{UserName: CanaryUser, Groups: []string{"system:masters"}}
+	canary, err := client.New(canaryCfg, client.Options{Scheme: c.Scheme})
+	if err != nil {
+		return nil, err
+	}
 	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &entry{key: key, hash: cred.Hash, config: cfg, plane: Plane{Client: cl, Identity: cred.Identity}, disco: disco}, nil
+	return &entry{key: key, hash: cred.Hash, config: cfg, plane: Plane{Client: cl, Canary: canary, Identity: cred.Identity}, disco: disco}, nil
 }

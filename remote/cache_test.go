@@ -173,8 +173,12 @@ func TestPlaneInformersAreScoped(t *testing.T) {
 	pc := &remote.ClusterCache{Scheme: scheme, Timeout: 2 * time.Second, ProbeInterval: time.Second, Grace: time.Second,
 		WatchSelector: labels.SelectorFromSet(mine),
 		OnConnect:     func(_ types.NamespacedName, c cache.Cache) error { got <- c; return nil }}
-	go func() { _ = pc.Start(ctx) }()
-	if _, err := pc.Get(ctx, types.NamespacedName{Namespace: "tenant-a", Name: "a"}, credential(t, tenant)); err != nil {
+	managerCtx, stopManager := context.WithCancel(ctx)
+	defer stopManager()
+	stopped := make(chan struct{})
+	go func() { _ = pc.Start(managerCtx); close(stopped) }()
+	key := types.NamespacedName{Namespace: "tenant-a", Name: "a"}
+	if _, err := pc.Get(ctx, key, credential(t, tenant)); err != nil {
 		t.Fatal(err)
 	}
 	informers := <-got
@@ -194,5 +198,12 @@ func TestPlaneInformersAreScoped(t *testing.T) {
 	}
 	if len(nss.Items) < 2 {
 		t.Errorf("namespaces are not all watched: %d", len(nss.Items))
+	}
+
+	// The plane's informers live under the manager's context: they stop with it.
+	stopManager()
+	<-stopped
+	if pc.Watching(key) {
+		t.Error("the plane is still watched after the manager stopped")
 	}
 }

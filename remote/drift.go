@@ -18,8 +18,9 @@ const (
 )
 
 type driftRecord struct {
-	count int
-	last  time.Time
+	count     int
+	last      time.Time
+	notBefore time.Time
 }
 
 // DriftDelay records a drift of the plane and returns how long to wait before
@@ -35,7 +36,22 @@ func (c *ClusterCache) DriftDelay(key types.NamespacedName, now time.Time) (time
 	}
 	d.count++
 	d.last = now
-	return driftBackoff(d.count), d.count
+	delay := driftBackoff(d.count)
+	d.notBefore = now.Add(delay)
+	return delay, d.count
+}
+
+// RepairWait is how long the repair of the plane's last drift must still wait. Events
+// the drift report itself causes (the revoked credential, the status) must not repair
+// early, or the backoff would mean nothing.
+func (c *ClusterCache) RepairWait(key types.NamespacedName, now time.Time) time.Duration {
+	c.init()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d := c.drifts[key]; d != nil && now.Before(d.notBefore) {
+		return d.notBefore.Sub(now)
+	}
+	return 0
 }
 
 // driftBackoff is the wait before repairing the n-th drift in a row.

@@ -1,0 +1,16 @@
+package controllers
+
+import (
+	"context"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+)
+
+// PatchStatusForTest runs the deferred status patch of a reconcile that observed one
+// stage result (Valid False), so tests can see what the patch writes and emits.
+func PatchStatusForTest(ctx context.Context, r *ComputePlaneReconciler, p *cpv1.ComputePlane) error {
+	s := &scope{plane: p, results: map[string]stageResult{
+		cpv1.ValidCondition: stageFalse(cpv1.ClassNotFoundReason, "class %q is missing", p.Spec.ClassName),
+	}}
+	return r.patchStatus(ctx, s, p.Status.DeepCopy(), nil)
+}
