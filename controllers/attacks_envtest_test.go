@@ -463,6 +463,19 @@ func TestAttackCopiedTokenOutlivesSecret(t *testing.T) {
 	if err := deploy(); err != nil {
 		t.Fatalf("the copied credential does not work while the gate is open: %v", err)
 	}
+	// Let the reconciles that brought the plane up finish, so none re-issues the Secret
+	// between its deletion and the gate closing (the attack's window).
+	requestReconcile(t, ctx, p, "settled")
+	eventually(t, settle, func() error {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, key, got); err != nil {
+			return err
+		}
+		if got.Status.LastHandledReconcileAt != "settled" {
+			return errors.New("the reconcile request is not handled yet")
+		}
+		return nil
+	})
 	if err := k8s.Delete(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
@@ -501,6 +514,43 @@ func TestAttackCopiedTokenOutlivesSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkApplier(t, ctx, secret, p.Namespace)
+}
+
+// TestAttackPoliciesNotEnforced: a plane whose apiserver stores admission policies but
+// does not enforce them (its ValidatingAdmissionPolicy plugin is off, as a tampered or
+// misconfigured control plane might have it; or simply a moment after they are
+// written) reads back as hardened. The gate must not open on that: every policy must
+// refuse what it forbids first.
+func TestAttackPoliciesNotEnforced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tenant, err := testenv.StartTenantWith(k8s.Scheme(), testenv.TenantOptions{DisableAdmissionPlugins: []string{"ValidatingAdmissionPolicy"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Stop() })
+	p := planeWithClass(t, ctx, newClass("unenforced-"+rand.String(6)))
+	key := client.ObjectKeyFromObject(p)
+	provideWithTenant(t, ctx, p, tenant)
+	eventually(t, settle, conditionIs(ctx, key, cpv1.AdmissionCondition, metav1.ConditionFalse, controllers.NotEnforcedReason))
+	got := &cpv1.ComputePlane{}
+	if err := k8s.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	if msg := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.AdmissionCondition).Message; !strings.Contains(msg, "computeplane-service-account-tokens") {
+		t.Errorf("AdmissionPoliciesReady does not name what is not enforced: %q", msg)
+	}
+	// It stays closed: no credential, whatever the plane reads back.
+	time.Sleep(3 * time.Second)
+	if err := k8s.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	if apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
+		t.Error("Ready is True on a plane that enforces none of its policies")
+	}
+	if err := k8s.Get(ctx, applierSecretKey(p), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("an applier credential was issued for a plane that enforces none of its policies (err=%v)", err)
+	}
 }
 
 // TestAttackDeployerWidensItsReach: the deployer (what a placement release's chart runs

@@ -180,20 +180,20 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 // failures (which back off); a stage that is not done records a non-True result.
 type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 
-// step is a phase and the condition it answers for: when the phase fails, that
-// condition is what could not be verified.
+// step is a phase and the conditions it answers for: when the phase fails, the first
+// is what could not be verified, and the others are not True either.
 type step struct {
-	condition string
-	run       phase
+	conditions []string
+	run        phase
 }
 
 func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
 	steps := []step{
-		{cpv1.ValidCondition, r.reconcileValid},
-		{cpv1.ProvisionedCondition, r.reconcileProvisioning},
-		{cpv1.PodSecurityCondition, r.reconcileHardening},
-		{cpv1.EgressCondition, r.reconcileEgress},
-		{cpv1.IdentitiesCondition, r.reconcileIdentities},
+		{[]string{cpv1.ValidCondition}, r.reconcileValid},
+		{[]string{cpv1.ProvisionedCondition}, r.reconcileProvisioning},
+		{[]string{cpv1.PodSecurityCondition, cpv1.AdmissionCondition}, r.reconcileHardening},
+		{[]string{cpv1.EgressCondition}, r.reconcileEgress},
+		{[]string{cpv1.IdentitiesCondition}, r.reconcileIdentities},
 	}
 	var result ctrl.Result
 	for _, st := range steps {
@@ -201,7 +201,7 @@ func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) 
 		if err != nil {
 			// Whatever failed, the stage was not verified: it is not True, and the gate
 			// closes now rather than after the backoff this error starts.
-			s.failed(st.condition, err)
+			s.failed(st.conditions, err)
 			r.Planes.Failed(client.ObjectKeyFromObject(s.plane))
 			if rerr := r.revokeApplierCredential(ctx, s); rerr != nil {
 				err = kerrors.NewAggregate([]error{err, rerr})
@@ -264,14 +264,22 @@ func (s *scope) observe(condition string, r stageResult) {
 	s.last = condition
 }
 
-// failed records that a stage could not be verified: unless the phase already said why
-// the stage is not True in this reconcile, the stage is False with the error.
-func (s *scope) failed(condition string, err error) {
-	if r, ok := s.results[condition]; ok && r.status != metav1.ConditionTrue {
-		s.last = condition
+// failed records that a phase could not finish verifying its stages: unless the phase
+// already said why its first stage is not True, that stage is False with the error; a
+// later stage of the same phase that it had found True is not reported (it shows as
+// blocked behind the first).
+func (s *scope) failed(conditions []string, err error) {
+	for _, c := range conditions[1:] {
+		if r, ok := s.results[c]; ok && r.status == metav1.ConditionTrue {
+			delete(s.results, c)
+		}
+	}
+	first := conditions[0]
+	if r, ok := s.results[first]; ok && r.status != metav1.ConditionTrue {
+		s.last = first
 		return
 	}
-	s.observe(condition, stageFalse(cpv1.VerificationFailedReason,
+	s.observe(first, stageFalse(cpv1.VerificationFailedReason,
 		"could not be verified: %v; the gate stays closed and the operator retries with backoff", err))
 }
 

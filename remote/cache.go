@@ -100,6 +100,10 @@ type entry struct {
 	disco        discovery.DiscoveryInterface
 	probedAt     time.Time
 	failingSince time.Time
+	// failedAt is the last failed probe: a failing plane is probed at most once per
+	// ProbeInterval, so callers never wait on its timeout over and over.
+	failedAt time.Time
+	lastErr  error
 	// stopWatches stops the plane's informer cache; nil while not watching. watchGen
 	// tells a failed informer cache from the one that replaced it.
 	stopWatches context.CancelFunc
@@ -294,9 +298,14 @@ func (c *ClusterCache) watch(ctx context.Context, e *entry) error {
 func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 	c.mu.Lock()
 	fresh := !e.probedAt.IsZero() && time.Since(e.probedAt) < c.ProbeInterval
+	recentlyFailed := !e.failedAt.IsZero() && time.Since(e.failedAt) < c.ProbeInterval
+	since, lastErr := e.failingSince, e.lastErr
 	c.mu.Unlock()
 	if fresh {
 		return &e.plane, nil
+	}
+	if recentlyFailed {
+		return nil, &UnreachableError{Since: since, Past: time.Since(since) >= c.Grace, Err: lastErr}
 	}
 	err := readsFromStorage(ctx, e.plane.Client)
 	version := e.plane.Version
@@ -309,7 +318,7 @@ func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 	c.mu.Lock()
 	if err != nil {
 		defer c.mu.Unlock()
-		e.probedAt = time.Time{}
+		e.probedAt, e.failedAt, e.lastErr = time.Time{}, time.Now(), err
 		if e.failingSince.IsZero() {
 			e.failingSince = time.Now()
 		}
@@ -320,7 +329,7 @@ func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 		}
 		return nil, &UnreachableError{Since: e.failingSince, Past: past, Err: err}
 	}
-	e.probedAt, e.failingSince = time.Now(), time.Time{}
+	e.probedAt, e.failingSince, e.failedAt = time.Now(), time.Time{}, time.Time{}
 	e.plane.Version = version
 	watching := e.stopWatches != nil
 	c.mu.Unlock()

@@ -19,6 +19,10 @@ import (
 // neither the operator nor an exempt ServiceAccount, so every policy applies to it.
 const CanaryUser = "computeplane:admission-canary"
 
+// CanaryServiceAccount is what the canary's pod runs as (it is never created: the
+// requests are dry runs); it has no rights and mounts no token.
+const CanaryServiceAccount = "computeplane-canary"
+
 // Unenforced returns the policies the plane's API server does not enforce yet. A policy
 // that reads back as written may still not be in force: the API server loads new
 // policies a moment after they are created. For each policy it sends, as the canary, a
@@ -51,8 +55,8 @@ type canaryProbe struct {
 func canaryProbes() []canaryProbe {
 	meta := metav1.ObjectMeta{Namespace: ApplierNamespace, Name: "computeplane-canary"}
 	psa := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "computeplane-canary", Labels: map[string]string{PSAEnforce: "privileged"}}}
-	pod := &corev1.Pod{ObjectMeta: meta, Spec: corev1.PodSpec{HostNetwork: true,
-		Containers: []corev1.Container{{Name: "c", Image: "canary"}}}}
+	pod := &corev1.Pod{ObjectMeta: meta, Spec: corev1.PodSpec{HostNetwork: true, ServiceAccountName: CanaryServiceAccount,
+		AutomountServiceAccountToken: ptr.To(false), Containers: []corev1.Container{{Name: "c", Image: "canary"}}}}
 	svc := &corev1.Service{ObjectMeta: meta, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
 		Ports: []corev1.ServicePort{{Port: 80}}}}
 	hook := &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "computeplane-canary"},

@@ -99,7 +99,8 @@ func (p Posture) isOperatorNamespace(name string) bool {
 }
 
 // PlacementObjects are the placement namespaces with their quota and limit range, and
-// the operator's own namespaces.
+// the operator's own namespaces (with the ServiceAccount the admission canary's pod
+// names: a pod needs an existing ServiceAccount before any policy looks at it).
 func (p Posture) PlacementObjects() []client.Object {
 	names := append([]string(nil), p.PlacementNamespaces...)
 	sort.Strings(names)
@@ -107,6 +108,10 @@ func (p Posture) PlacementObjects() []client.Object {
 	for _, name := range OperatorNamespaces {
 		out = append(out, p.LabelledNamespace(name, p.Labels))
 	}
+	canary := &corev1.ServiceAccount{AutomountServiceAccountToken: ptr.To(false)}
+	canary.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
+	canary.Namespace, canary.Name, canary.Labels = ApplierNamespace, CanaryServiceAccount, p.Labels
+	out = append(out, canary)
 	for _, name := range names {
 		extra := map[string]string{PlacementLabel: "true"}
 		for k, v := range p.Labels {

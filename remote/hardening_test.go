@@ -34,11 +34,11 @@ func TestPlacementObjects(t *testing.T) {
 	for _, o := range objs {
 		got = append(got, o.GetObjectKind().GroupVersionKind().Kind+" "+o.GetNamespace()+"/"+o.GetName())
 	}
-	want := "Namespace /computeplane-system,Namespace /notebooks,ResourceQuota notebooks/computeplane,Namespace /tenant-a,ResourceQuota tenant-a/computeplane"
+	want := "Namespace /computeplane-system,ServiceAccount computeplane-system/computeplane-canary,Namespace /notebooks,ResourceQuota notebooks/computeplane,Namespace /tenant-a,ResourceQuota tenant-a/computeplane"
 	if strings.Join(got, ",") != want {
 		t.Errorf("objects = %v, want %s (no LimitRange when the class sets none)", got, want)
 	}
-	ns := objs[1].(*corev1.Namespace)
+	ns := objs[2].(*corev1.Namespace)
 	if ns.Labels[PlacementLabel] != "true" || ns.Labels["computeplane.cozystack.io/name"] != "p" || ns.Labels[PSAEnforce] != "restricted" {
 		t.Errorf("placement namespace labels = %v", ns.Labels)
 	}

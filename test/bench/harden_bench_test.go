@@ -10,14 +10,17 @@ import (
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/netpol"
 	"github.com/cozystack/computeplane/test/devprovider"
@@ -125,6 +128,25 @@ func BenchmarkHardening(b *testing.B) {
 		b.ReportMetric(float64(restored.Sub(start).Milliseconds()), "ms-baseline-deleted-to-restored")
 		ready = until(b, ctx, func() bool { return isTrue(ctx, c, key, cpv1.ReadyCondition) })
 		b.ReportMetric(float64(ready.Sub(start).Milliseconds()), "ms-baseline-deleted-to-Ready")
+
+		// The plane's etcd dies while its apiserver stays up: the gate must close (and
+		// the applier credential go), then reopen once etcd is back.
+		plane := provider.Tenant(types.NamespacedName{Namespace: infra, Name: "plane"})
+		secretKey := client.ObjectKey{Namespace: ns, Name: controllers.ApplierSecretName(p)}
+		start = time.Now()
+		if err := plane.StopEtcd(); err != nil {
+			b.Fatal(err)
+		}
+		closed := until(b, ctx, func() bool {
+			return !isTrue(ctx, c, key, cpv1.ReadyCondition) && apierrors.IsNotFound(c.Get(ctx, secretKey, &corev1.Secret{}))
+		})
+		b.ReportMetric(float64(closed.Sub(start).Milliseconds()), "ms-etcd-stopped-to-gate-closed")
+		start = time.Now()
+		if err := plane.StartEtcd(); err != nil {
+			b.Fatal(err)
+		}
+		ready = until(b, ctx, func() bool { return isTrue(ctx, c, key, cpv1.ReadyCondition) })
+		b.ReportMetric(float64(ready.Sub(start).Milliseconds()), "ms-etcd-started-to-Ready")
 	}
 }
 

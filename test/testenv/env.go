@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -102,12 +103,27 @@ func StartManagement(o ManagementOptions) (*Cluster, error) {
 // StartTenant starts an independent apiserver standing in for a plane's Kamaji control
 // plane: its own etcd, its own admission chain (Pod Security, ValidatingAdmissionPolicy).
 func StartTenant(scheme *runtime.Scheme) (*Cluster, error) {
+	return StartTenantWith(scheme, TenantOptions{})
+}
+
+// TenantOptions shape a tenant apiserver for fault tests.
+type TenantOptions struct {
+	// DisableAdmissionPlugins are turned off in the apiserver (as a misconfigured or
+	// tampered control plane might have them).
+	DisableAdmissionPlugins []string
+}
+
+// StartTenantWith starts a tenant apiserver with options.
+func StartTenantWith(scheme *runtime.Scheme, o TenantOptions) (*Cluster, error) {
 	dir, err := os.MkdirTemp("", "computeplane-tenant-etcd-")
 	if err != nil {
 		return nil, err
 	}
 	env := &envtest.Environment{BinaryAssetsDirectory: os.Getenv("KUBEBUILDER_ASSETS"), Scheme: scheme}
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: dir}
+	if len(o.DisableAdmissionPlugins) > 0 {
+		env.ControlPlane.GetAPIServer().Configure().Set("disable-admission-plugins", strings.Join(o.DisableAdmissionPlugins, ","))
+	}
 	c, err := start(env, scheme)
 	if err != nil {
 		_ = os.RemoveAll(dir)
