@@ -37,7 +37,7 @@ func (r *ComputePlaneReconciler) reconcileEgress(ctx context.Context, s *scope) 
 		return ctrl.Result{}, err
 	}
 	key := client.ObjectKeyFromObject(p)
-	wasVerified := apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.EgressCondition) || r.Planes.WasVerified(key, cpv1.EgressCondition)
+	wasVerified := r.Planes.WasVerified(key, cpv1.EgressCondition, apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.EgressCondition))
 	if len(changed) > 0 && wasVerified {
 		return r.reportDrift(s, key, cpv1.EgressCondition, describePolicies(changed), func() {
 			s.observe(cpv1.EgressCondition, stageFalse(DriftedReason,

@@ -61,7 +61,7 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	}
 	posture := postureFor(s.plane, s.class, plane.Identity)
 
-	wasVerified := verified(s.plane) || r.Planes.WasVerified(key, cpv1.PodSecurityCondition)
+	wasVerified := r.Planes.WasVerified(key, cpv1.PodSecurityCondition, verified(s.plane))
 	found, err := remote.Inspect(ctx, plane.Client, posture)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -166,8 +166,8 @@ func prefixed(prefix string, items []string) []string {
 }
 
 // verified reports whether both hardening conditions were True: a difference found now
-// is drift, not a first rollout. (The plane cache also remembers it, for when this
-// status is stale.)
+// is drift, not a first rollout. (What the plane cache recorded wins over this status,
+// which may be stale.)
 func verified(p *cpv1.ComputePlane) bool {
 	return apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.PodSecurityCondition) &&
 		apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.AdmissionCondition)

@@ -54,7 +54,7 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	wasVerified := apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.IdentitiesCondition) || r.Planes.WasVerified(key, cpv1.IdentitiesCondition)
+	wasVerified := r.Planes.WasVerified(key, cpv1.IdentitiesCondition, apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.IdentitiesCondition))
 	if len(changed) > 0 && wasVerified {
 		return r.reportDrift(s, key, cpv1.IdentitiesCondition, changed, func() {
 			s.observe(cpv1.IdentitiesCondition, stageFalse(DriftedReason, "%s removed or changed; restoring", strings.Join(changed, ", ")))

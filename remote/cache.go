@@ -151,12 +151,18 @@ func (c *ClusterCache) SetVerified(key types.NamespacedName, stage string, v boo
 	c.verified[key][stage] = v
 }
 
-// WasVerified reports what SetVerified last recorded for the plane's stage.
-func (c *ClusterCache) WasVerified(key types.NamespacedName, stage string) bool {
+// WasVerified reports what SetVerified last recorded for the plane's stage, or, when
+// nothing was recorded (the operator restarted), what the status says. What this
+// process recorded wins: the status in the informer cache may lag behind its own
+// writes, and a drift it just reported must not be reported again.
+func (c *ClusterCache) WasVerified(key types.NamespacedName, stage string, status bool) bool {
 	c.init()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.verified[key][stage]
+	if v, ok := c.verified[key][stage]; ok {
+		return v
+	}
+	return status
 }
 
 // Get returns the plane's connection, building or rebuilding it as needed.

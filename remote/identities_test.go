@@ -86,6 +86,17 @@ func TestIdentitiesMatrix(t *testing.T) {
 			{"list", "", "namespaces", "", "", "", false},
 		},
 	}
+	// RBAC sees new bindings a moment after they are created: wait for the first grant.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: deployer,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "create", Group: "apps", Resource: "deployments", Namespace: "tenant-a"}}}
+		if err := c.Create(ctx, sar); err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed || time.Now().After(deadline) {
+			break
+		}
+	}
 	for user, rows := range matrix {
 		ns := strings.Split(user, ":")[2]
 		for _, row := range rows {
