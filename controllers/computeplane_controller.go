@@ -185,15 +185,17 @@ type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 type step struct {
 	conditions []string
 	run        phase
+	// plane marks the phases that talk to the plane: their failure is the plane's.
+	plane bool
 }
 
 func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
 	steps := []step{
-		{[]string{cpv1.ValidCondition}, r.reconcileValid},
-		{[]string{cpv1.ProvisionedCondition}, r.reconcileProvisioning},
-		{[]string{cpv1.PodSecurityCondition, cpv1.AdmissionCondition}, r.reconcileHardening},
-		{[]string{cpv1.EgressCondition}, r.reconcileEgress},
-		{[]string{cpv1.IdentitiesCondition}, r.reconcileIdentities},
+		{[]string{cpv1.ValidCondition}, r.reconcileValid, false},
+		{[]string{cpv1.ProvisionedCondition}, r.reconcileProvisioning, false},
+		{[]string{cpv1.PodSecurityCondition, cpv1.AdmissionCondition}, r.reconcileHardening, true},
+		{[]string{cpv1.EgressCondition}, r.reconcileEgress, false},
+		{[]string{cpv1.IdentitiesCondition}, r.reconcileIdentities, true},
 	}
 	var result ctrl.Result
 	for _, st := range steps {
@@ -202,7 +204,10 @@ func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) 
 			// Whatever failed, the stage was not verified: it is not True, and the gate
 			// closes now rather than after the backoff this error starts.
 			s.failed(st.conditions, err)
-			r.Planes.Failed(client.ObjectKeyFromObject(s.plane))
+			if st.plane {
+				// Revocation below then does not wait on the same plane a second time.
+				r.Planes.Failed(client.ObjectKeyFromObject(s.plane), err)
+			}
 			if rerr := r.revokeApplierCredential(ctx, s); rerr != nil {
 				err = kerrors.NewAggregate([]error{err, rerr})
 			}

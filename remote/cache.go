@@ -191,14 +191,18 @@ func (c *ClusterCache) Get(ctx context.Context, key types.NamespacedName, cred *
 	return c.probe(ctx, e)
 }
 
-// Failed tells the cache that a request to the plane failed: its next Get probes again
-// instead of trusting the last probe, so a plane that is going away is found out at once.
-func (c *ClusterCache) Failed(key types.NamespacedName) {
+// Failed tells the cache that a request to the plane failed as a probe would: the
+// plane counts as not answering (for the grace period too) until its next probe, at
+// most one ProbeInterval later, succeeds. Callers then do not wait on it over and over.
+func (c *ClusterCache) Failed(key types.NamespacedName, err error) {
 	c.init()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[key]; e != nil {
-		e.probedAt = time.Time{}
+		e.probedAt, e.failedAt, e.lastErr = time.Time{}, time.Now(), err
+		if e.failingSince.IsZero() {
+			e.failingSince = e.failedAt
+		}
 	}
 }
 
