@@ -136,14 +136,17 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 func (r *ComputePlaneReconciler) ensureInfraNamespace(ctx context.Context, s *scope, want *corev1.Namespace) (string, error) {
 	live := &corev1.Namespace{}
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), live)
-	switch {
-	case apierrors.IsNotFound(err):
+	if apierrors.IsNotFound(err) {
 		create := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: want.Name, Labels: want.Labels}}
-		if err := r.Create(ctx, create, client.FieldOwner(FieldOwner)); err != nil {
-			// AlreadyExists: created in between, by someone; the next look decides.
+		err = r.Create(ctx, create, client.FieldOwner(FieldOwner))
+		if !apierrors.IsAlreadyExists(err) {
 			return "", err
 		}
-		return "", nil
+		// The cache had not seen it (our own create a moment ago, or someone's): look
+		// at the API itself.
+		err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), live)
+	}
+	switch {
 	case err != nil:
 		return "", err
 	case live.Labels[cpv1.PlaneUIDLabel] != string(s.plane.UID):
@@ -160,6 +163,10 @@ func (r *ComputePlaneReconciler) ensureInfraNamespace(ctx context.Context, s *sc
 func (r *ComputePlaneReconciler) ensureDefaultDeny(ctx context.Context, s *scope, ns string) error {
 	want := defaultDenyPolicy(s, ns)
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), &ciliumv2.CiliumNetworkPolicy{})
+	if apierrors.IsNotFound(err) {
+		// The cache may not have seen our own create yet.
+		err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), &ciliumv2.CiliumNetworkPolicy{})
+	}
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
