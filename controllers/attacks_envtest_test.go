@@ -105,12 +105,7 @@ func deleteWithoutTeardown(t *testing.T, ctx context.Context, p *cpv1.ComputePla
 	if err := op.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, settle, func() error {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), &cpv1.ComputePlane{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("plane still present (err=%v)", err)
-		}
-		return nil
-	})
+	eventually(t, settle, planeGone(ctx, client.ObjectKeyFromObject(p)))
 }
 
 // TestAttackDatastoreStoppedClosesTheGate: a plane whose etcd dies still answers
@@ -178,12 +173,7 @@ func TestAttackTenantStripsFinalizer(t *testing.T) {
 	if err := alice.Delete(ctx, got); err != nil {
 		t.Fatalf("the tenant cannot delete its plane: %v", err)
 	}
-	eventually(t, settle, func() error {
-		if err := k8s.Get(ctx, key, &cpv1.ComputePlane{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("plane still present (err=%v)", err)
-		}
-		return nil
-	})
+	eventually(t, settle, planeGone(ctx, key))
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: infraOf(p), Name: "plane"}, &clusterv1.Cluster{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the teardown did not run: the Cluster is still there (err=%v)", err)
 	}
@@ -356,12 +346,7 @@ func TestAttackPreexistingInfrastructureNamespace(t *testing.T) {
 	if err := k8s.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, settle, func() error {
-		if err := k8s.Get(ctx, key, &cpv1.ComputePlane{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("plane still present (err=%v)", err)
-		}
-		return nil
-	})
+	eventually(t, settle, planeGone(ctx, key))
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(squat), squat); err != nil || !squat.DeletionTimestamp.IsZero() {
 		t.Errorf("the teardown deleted a namespace the operator did not create (err=%v)", err)
 	}

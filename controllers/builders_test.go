@@ -2,19 +2,13 @@ package controllers_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
-	"math/big"
+	"fmt"
 	"testing"
-	"time"
 
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
@@ -23,6 +17,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/test/testenv"
 )
 
 type planeOpt func(*cpv1.ComputePlane)
@@ -158,24 +153,13 @@ func planeOfLabels(l map[string]string) *cpv1.ComputePlane {
 // credential, not for use.
 func fakeKubeconfig(t *testing.T, server string, mutUser func(map[string]any), clusterFlags ...string) []byte {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	certPEM, keyPEM, err := testenv.ClientCertificate("kubernetes-super-admin")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes-super-admin"},
-		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	user := map[string]any{
 		"client-certificate-data": base64.StdEncoding.EncodeToString(certPEM),
-		"client-key-data":         base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})),
+		"client-key-data":         base64.StdEncoding.EncodeToString(keyPEM),
 	}
 	if mutUser != nil {
 		mutUser(user)
@@ -195,4 +179,14 @@ func fakeKubeconfig(t *testing.T, server string, mutUser func(map[string]any), c
 		t.Fatal(err)
 	}
 	return b
+}
+
+// planeGone checks that the plane no longer exists (its teardown finished).
+func planeGone(ctx context.Context, key client.ObjectKey) func() error {
+	return func() error {
+		if err := k8s.Get(ctx, key, &cpv1.ComputePlane{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("plane still present (err=%v)", err)
+		}
+		return nil
+	}
 }

@@ -109,7 +109,7 @@ func baselinePolicy(s *scope, ns string) *ciliumv2.CiliumNetworkPolicy {
 		VMSelector:   render.PlaneSelector(p),
 		ControlPlane: render.ClusterName(p),
 		Internet:     s.class.Spec.Egress.Internet == cpv1.InternetAllow,
-		Labels:       merge(render.PlaneLabels(p), map[string]string{PolicyRoleLabel: "egress-baseline"}),
+		Labels:       withLabel(render.PlaneLabels(p), PolicyRoleLabel, "egress-baseline"),
 	})
 }
 
@@ -122,12 +122,7 @@ func defaultDenyPolicy(s *scope, ns string) *ciliumv2.CiliumNetworkPolicy {
 	})
 }
 
-func merge(maps ...map[string]string) map[string]string {
-	out := map[string]string{}
-	for _, m := range maps {
-		for k, v := range m {
-			out[k] = v
-		}
-	}
-	return out
+func withLabel(labels map[string]string, key, value string) map[string]string {
+	labels[key] = value
+	return labels
 }

@@ -491,12 +491,7 @@ func TestDeletionWaitsForClusterAPI(t *testing.T) {
 	if err := k8s.Patch(ctx, cluster, patch); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, settle, func() error {
-		if err := k8s.Get(ctx, key, &cpv1.ComputePlane{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("plane still present (err=%v)", err)
-		}
-		return nil
-	})
+	eventually(t, settle, planeGone(ctx, key))
 	if n := len(kmtList(ctx, t, infra)); n != 0 {
 		t.Errorf("%d machine templates left behind", n)
 	}
@@ -532,12 +527,7 @@ func TestTenantNamespacePlacement(t *testing.T) {
 	if err := k8s.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, settle, func() error {
-		if err := k8s.Get(ctx, key, &cpv1.ComputePlane{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("plane still present (err=%v)", err)
-		}
-		return nil
-	})
+	eventually(t, settle, planeGone(ctx, key))
 	nsObj := &corev1.Namespace{}
 	if err := k8s.Get(ctx, client.ObjectKey{Name: ns}, nsObj); err != nil || !nsObj.DeletionTimestamp.IsZero() {
 		t.Errorf("teardown touched the tenant namespace (err=%v, deleting=%v)", err, !nsObj.DeletionTimestamp.IsZero())

@@ -10,8 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,10 +26,7 @@ type access struct {
 // TestIdentitiesMatrix applies the deployer and applier identities to a real apiserver
 // and checks, with SubjectAccessReviews, that each may do exactly what the table says.
 func TestIdentitiesMatrix(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := testScheme(t)
 	plane, err := testenv.StartTenant(scheme)
 	if err != nil {
 		t.Fatal(err)
@@ -165,10 +160,7 @@ func TestDeployerRulesPodExecOnlyWhenAllowed(t *testing.T) {
 // then never again (the ServiceAccount it is bound to is gone), whether or not the
 // Secret it came in still exists; objects without the plane's labels are left alone.
 func TestRevokeApplierKillsCopiedTokens(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := testScheme(t)
 	plane, err := testenv.StartTenant(scheme)
 	if err != nil {
 		t.Fatal(err)
