@@ -58,10 +58,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*ComputePlaneRecon
 	if err := r.SetupWithManager(ctx, mgr, o.Setup); err != nil {
 		return nil, err
 	}
+	placement := &PlacementReconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("computeplane-placement")}
+	if err := placement.SetupWithManager(mgr, o.Setup.Options); err != nil {
+		return nil, err
+	}
 	if o.Webhooks {
 		if err := (&ComputePlaneValidator{Reader: mgr.GetAPIReader()}).SetupWebhookWithManager(mgr); err != nil {
 			return nil, err
 		}
+		(&PlacementWebhook{Reader: mgr.GetAPIReader()}).SetupWithManager(mgr)
 	}
 	return r, nil
 }

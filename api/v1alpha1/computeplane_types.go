@@ -9,6 +9,22 @@ import (
 // ComputePlaneFinalizer holds a ComputePlane until its teardown has run in order.
 const ComputePlaneFinalizer = "computeplane.cozystack.io/finalizer"
 
+// Placement releases: Flux HelmReleases in a tenant namespace, applied into that
+// namespace's ComputePlane and nowhere else.
+const (
+	// PlacementLabel, set to PlacementLabelValue on a helm.toolkit.fluxcd.io/v2
+	// HelmRelease, makes it a placement release: admission routes it into the
+	// ComputePlane of its namespace (applier kubeconfig, deployer, a placement
+	// namespace) and refuses anything else. Nothing without the label is touched.
+	PlacementLabel = "computeplane.cozystack.io/placement"
+	// PlacementLabelValue is PlacementLabel's value on a placement release.
+	PlacementLabelValue = "ComputePlane"
+	// PlacementFinalizer holds a deleted placement release until Flux has uninstalled it
+	// from the plane: Flux deletes a release without uninstalling when its kubeConfig
+	// Secret is missing (the gate is closed) or it is suspended.
+	PlacementFinalizer = "computeplane.cozystack.io/placement"
+)
+
 // Labels the operator sets on everything it creates for a plane, so that objects outside
 // the plane's namespace (where owner references cannot point) still lead back to it.
 const (
@@ -155,12 +171,21 @@ type ServicePort struct {
 	Protocol string `json:"protocol"`
 }
 
-// PlacementCounts counts the placement HelmReleases that target a plane.
+// PlacementCounts counts the placement HelmReleases of a plane's namespace.
 type PlacementCounts struct {
-	// Held releases wait for the plane to be Ready.
+	// Held releases wait for the plane to be Ready (the gate is closed).
 	Held int32 `json:"held"`
-	// Routed releases are applied into the plane.
+	// Routed releases are applied into the plane (the gate is open).
 	Routed int32 `json:"routed"`
+	// Refused releases are labelled for placement but not routed as admission requires
+	// (created while the webhook was not installed); Flux is not stopped from acting on
+	// them, so a person must look.
+	// +optional
+	Refused int32 `json:"refused,omitempty"`
+	// Uninstalling releases were deleted and wait until Flux has uninstalled them from
+	// the plane (while the gate is closed, until it reopens).
+	// +optional
+	Uninstalling int32 `json:"uninstalling,omitempty"`
 }
 
 // ComputePlaneStatus is what the operator observed about a plane.
@@ -193,7 +218,8 @@ type ComputePlaneStatus struct {
 	// +optional
 	Version string `json:"version,omitempty"`
 
-	// Placement counts the releases held and routed.
+	// Placement counts the namespace's placement releases (written by the placement
+	// controller, with the PlacementOpen condition).
 	// +optional
 	Placement *PlacementCounts `json:"placement,omitempty"`
 }

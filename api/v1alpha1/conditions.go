@@ -74,6 +74,20 @@ const (
 	InfrastructureConflictReason = "InfrastructureConflict"
 )
 
+// PlacementOpenCondition is informational (not part of Ready): True while placement
+// releases are routed into the plane, False while they are held. It is written by the
+// placement controller; Ready decides, this condition reports.
+const PlacementOpenCondition = "PlacementOpen"
+
+// Reasons of the PlacementOpen condition.
+const (
+	// RoutedReason: the plane is Ready; placement releases are applied into it.
+	RoutedReason = "Routed"
+	// HeldReason: the plane is not Ready; placement releases wait (Flux finds no
+	// credential and applies nothing anywhere).
+	HeldReason = "Held"
+)
+
 // VerificationFailedReason is used by every stage: the operator could not read back
 // what the stage needs (an error from the management or the plane's API). The stage is
 // not True until a read-back succeeds; the message names the failure.

@@ -28,7 +28,8 @@ func TestShippedPoliciesNameTheOperator(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubectl kustomize config/default: %v", err)
 	}
-	var deployment, policy, binding *unstructured.Unstructured
+	var deployment *unstructured.Unstructured
+	policies, bindings := map[string]*unstructured.Unstructured{}, map[string]*unstructured.Unstructured{}
 	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
 		u := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
@@ -38,24 +39,34 @@ func TestShippedPoliciesNameTheOperator(t *testing.T) {
 		case "Deployment":
 			deployment = u
 		case "ValidatingAdmissionPolicy":
-			policy = u
+			policies[u.GetName()] = u
 		case "ValidatingAdmissionPolicyBinding":
-			binding = u
+			bindings[u.GetName()] = u
 		}
 	}
-	if deployment == nil || policy == nil || binding == nil {
-		t.Fatalf("config/default lacks the manager, the finalizer guard or its binding")
+	if deployment == nil || len(policies) != 2 || len(bindings) != 2 {
+		t.Fatalf("config/default lacks the manager, or the finalizer and placement guards and their bindings")
 	}
 	sa, _, _ := unstructured.NestedString(deployment.Object, "spec", "template", "spec", "serviceAccountName")
 	user := "system:serviceaccount:" + deployment.GetNamespace() + ":" + sa
 	if user != testenv.OperatorUser {
 		t.Errorf("the operator installs as %s; the tests run it as %s", user, testenv.OperatorUser)
 	}
-	conds, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConditions")
-	if len(conds) != 1 || !strings.Contains(conds[0].(map[string]any)["expression"].(string), "'"+user+"'") {
-		t.Errorf("the finalizer guard does not let exactly %s through: %v", user, conds)
+	for name, policy := range policies {
+		conds, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConditions")
+		found := false
+		for _, c := range conds {
+			if c.(map[string]any)["name"] == "not-the-operator" && strings.Contains(c.(map[string]any)["expression"].(string), "'"+user+"'") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s does not let exactly %s through: %v", name, user, conds)
+		}
 	}
-	if name, _, _ := unstructured.NestedString(binding.Object, "spec", "policyName"); name != policy.GetName() {
-		t.Errorf("the binding points at %q, the policy is %q", name, policy.GetName())
+	for name, binding := range bindings {
+		if ref, _, _ := unstructured.NestedString(binding.Object, "spec", "policyName"); policies[ref] == nil {
+			t.Errorf("binding %s points at %q, which config/default does not install", name, ref)
+		}
 	}
 }

@@ -1,0 +1,311 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+)
+
+// PlacementFieldOwner is the field manager of what the placement controller writes.
+const PlacementFieldOwner = "computeplane-placement"
+
+// Reasons of the events on placement releases.
+const (
+	// PlacementHeldReason: the release waits for its plane to be Ready.
+	PlacementHeldReason = "Held"
+	// PlacementRoutedReason: a release that was held is now applied into the plane.
+	PlacementRoutedReason = "Routed"
+	// PlacementNotRoutedReason: the release is not routed as admission requires.
+	PlacementNotRoutedReason = "NotRouted"
+	// PlacementNoPlaneReason: the release's namespace has no ComputePlane.
+	PlacementNoPlaneReason = "NoComputePlane"
+	// PlacementUninstallHeldReason: a deleted release waits for the gate to reopen so
+	// that Flux can uninstall it from the plane.
+	PlacementUninstallHeldReason = "UninstallHeld"
+)
+
+// PlacementReconciler keeps a namespace's placement releases in step with its
+// ComputePlane's gate. Routing itself is fixed at admission (PlacementWebhook) and the
+// gate is the applier credential; this controller makes the state visible (events on
+// the releases, status.placement and the PlacementOpen condition on the plane) and
+// makes sure a deleted release is uninstalled from the plane before it goes. It is keyed
+// by namespace: requests carry the namespace and no name.
+type PlacementReconciler struct {
+	client.Client
+	Events events.EventRecorder
+
+	mu sync.Mutex
+	// told is what each release was last told (reason and cause), so each state is
+	// announced once, not on every reconcile.
+	told map[types.UID]told
+}
+
+type told struct {
+	namespace, state string
+}
+
+// +kubebuilder:rbac:groups=helm.toolkit.fluxcd.io,resources=helmreleases,verbs=get;list;watch;patch
+
+// SetupWithManager registers the controller: placement releases and ComputePlanes of a
+// namespace both wake it.
+func (r *PlacementReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
+		return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace()}}}
+	})
+	placementOnly := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.GetLabels()[cpv1.PlacementLabel] == cpv1.PlacementLabelValue || controllerutil.ContainsFinalizer(o, cpv1.PlacementFinalizer)
+	})
+	return ctrl.NewControllerManagedBy(mgr).Named("placement").
+		Watches(&helmv2.HelmRelease{}, toNamespace, builder.WithPredicates(placementOnly)).
+		Watches(&cpv1.ComputePlane{}, toNamespace).
+		WithOptions(opts).
+		Complete(r)
+}
+
+// Reconcile looks at every placement release of the namespace.
+func (r *PlacementReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ns := req.Namespace
+	var planes cpv1.ComputePlaneList
+	if err := r.List(ctx, &planes, client.InNamespace(ns)); err != nil {
+		return ctrl.Result{}, err
+	}
+	plane := planeOfNamespace(planes.Items)
+	var releases helmv2.HelmReleaseList
+	if err := r.List(ctx, &releases, client.InNamespace(ns), client.MatchingLabels{cpv1.PlacementLabel: cpv1.PlacementLabelValue}); err != nil {
+		return ctrl.Result{}, err
+	}
+	gate := gateOf(plane)
+	counts := cpv1.PlacementCounts{}
+	seen := map[types.UID]bool{}
+	for i := range releases.Items {
+		hr := &releases.Items[i]
+		seen[hr.UID] = true
+		if err := r.release(ctx, hr, plane, gate, &counts); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	r.forget(ns, seen)
+	if plane == nil {
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{}, r.patchStatus(ctx, plane, gate, counts)
+}
+
+// gate is what the placement releases of a namespace see of their plane.
+type gate struct {
+	open bool
+	// why the gate is closed, as a person reads it.
+	why string
+}
+
+func gateOf(p *cpv1.ComputePlane) gate {
+	switch {
+	case p == nil:
+		return gate{why: "the namespace has no ComputePlane"}
+	case !p.DeletionTimestamp.IsZero():
+		return gate{why: fmt.Sprintf("ComputePlane %s is being deleted", p.Name)}
+	}
+	ready := apimeta.FindStatusCondition(p.Status.Conditions, cpv1.ReadyCondition)
+	if ready == nil {
+		return gate{why: fmt.Sprintf("ComputePlane %s has not been reconciled yet", p.Name)}
+	}
+	if ready.Status == metav1.ConditionTrue {
+		return gate{open: true}
+	}
+	return gate{why: fmt.Sprintf("ComputePlane %s is not Ready (%s: %s)", p.Name, ready.Reason, ready.Message)}
+}
+
+// release handles one placement release and counts it.
+func (r *PlacementReconciler) release(ctx context.Context, hr *helmv2.HelmRelease, plane *cpv1.ComputePlane, g gate, counts *cpv1.PlacementCounts) error {
+	if !hr.DeletionTimestamp.IsZero() {
+		return r.deleting(ctx, hr, g, counts)
+	}
+	if plane == nil {
+		r.tell(hr, corev1.EventTypeWarning, PlacementNoPlaneReason,
+			"namespace %s has no ComputePlane: this placement release is applied nowhere until one exists (it never falls back to another plane or the management cluster)", hr.Namespace)
+		return nil
+	}
+	obj, err := toJSONObject(hr)
+	if err != nil {
+		return err
+	}
+	if errs := routingErrors(obj, routeFor(plane)); len(errs) > 0 {
+		counts.Refused++
+		r.tell(hr, corev1.EventTypeWarning, PlacementNotRoutedReason,
+			"not routed into ComputePlane %s as a placement release must be (created before the operator's webhook was installed?): %s; recreate it", plane.Name, errs.ToAggregate())
+		return nil
+	}
+	if !controllerutil.ContainsFinalizer(hr, cpv1.PlacementFinalizer) {
+		patch := client.MergeFromWithOptions(hr.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(hr, cpv1.PlacementFinalizer)
+		if err := r.Patch(ctx, hr, patch, client.FieldOwner(PlacementFieldOwner)); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+	}
+	if g.open {
+		counts.Routed++
+		r.tellRouted(hr, plane)
+		return nil
+	}
+	counts.Held++
+	r.tell(hr, corev1.EventTypeNormal, PlacementHeldReason, "held: %s; Flux applies it into the plane as soon as the plane is Ready", g.why)
+	return nil
+}
+
+// deleting holds a deleted placement release until Flux has uninstalled it from the
+// plane (its status.storageNamespace is cleared then, and never set for a release that
+// was never installed). A suspended release is unsuspended: Flux deletes a suspended
+// release without uninstalling it.
+func (r *PlacementReconciler) deleting(ctx context.Context, hr *helmv2.HelmRelease, g gate, counts *cpv1.PlacementCounts) error {
+	if !controllerutil.ContainsFinalizer(hr, cpv1.PlacementFinalizer) {
+		return nil
+	}
+	if hr.Spec.Suspend {
+		counts.Uninstalling++
+		patch := client.MergeFromWithOptions(hr.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		hr.Spec.Suspend = false
+		return client.IgnoreNotFound(r.Patch(ctx, hr, patch, client.FieldOwner(PlacementFieldOwner)))
+	}
+	if hr.Status.StorageNamespace == "" {
+		patch := client.MergeFromWithOptions(hr.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(hr, cpv1.PlacementFinalizer)
+		return client.IgnoreNotFound(r.Patch(ctx, hr, patch, client.FieldOwner(PlacementFieldOwner)))
+	}
+	counts.Uninstalling++
+	if !g.open {
+		r.tell(hr, corev1.EventTypeWarning, PlacementUninstallHeldReason,
+			"deleted, and kept until Flux has uninstalled it from the plane: %s, so Flux has no credential; its objects keep running in the plane until the plane is Ready again", g.why)
+	}
+	return nil
+}
+
+// tell emits an event on a release once per state.
+func (r *PlacementReconciler) tell(hr *helmv2.HelmRelease, eventType, reason, format string, args ...any) {
+	state := reason + ": " + fmt.Sprintf(format, args...)
+	if r.remember(hr, state) {
+		r.Events.Eventf(hr, nil, eventType, reason, "Placement", format, args...)
+	}
+}
+
+// tellRouted announces routing only to a release that was told something else before
+// (held, say): a release routed from the start needs no event.
+func (r *PlacementReconciler) tellRouted(hr *helmv2.HelmRelease, plane *cpv1.ComputePlane) {
+	r.mu.Lock()
+	before, known := r.told[hr.UID]
+	r.mu.Unlock()
+	if !known {
+		r.remember(hr, PlacementRoutedReason)
+		return
+	}
+	if before.state != PlacementRoutedReason {
+		r.remember(hr, PlacementRoutedReason)
+		r.Events.Eventf(hr, nil, corev1.EventTypeNormal, PlacementRoutedReason, "Placement",
+			"ComputePlane %s is Ready: Flux applies the release into the plane", plane.Name)
+	}
+}
+
+// remember records a release's state and reports whether it is new.
+func (r *PlacementReconciler) remember(hr *helmv2.HelmRelease, state string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.told == nil {
+		r.told = map[types.UID]told{}
+	}
+	if r.told[hr.UID].state == state {
+		return false
+	}
+	r.told[hr.UID] = told{namespace: hr.Namespace, state: state}
+	return true
+}
+
+// forget drops what was told to the namespace's releases that are gone.
+func (r *PlacementReconciler) forget(namespace string, seen map[types.UID]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid, t := range r.told {
+		if t.namespace == namespace && !seen[uid] {
+			delete(r.told, uid)
+		}
+	}
+}
+
+// patchStatus writes status.placement and the PlacementOpen condition (server-side
+// apply, as the placement controller's field manager: the ComputePlane controller owns
+// the rest), only when they changed.
+func (r *PlacementReconciler) patchStatus(ctx context.Context, p *cpv1.ComputePlane, g gate, counts cpv1.PlacementCounts) error {
+	conds := append([]metav1.Condition(nil), p.Status.Conditions...)
+	cond := placementCondition(g, counts)
+	cond.ObservedGeneration = p.Generation
+	apimeta.SetStatusCondition(&conds, cond)
+	now := apimeta.FindStatusCondition(conds, cpv1.PlacementOpenCondition)
+	if p.Status.Placement != nil && equality.Semantic.DeepEqual(*p.Status.Placement, counts) &&
+		equality.Semantic.DeepEqual(apimeta.FindStatusCondition(p.Status.Conditions, cpv1.PlacementOpenCondition), now) {
+		return nil
+	}
+	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&cpv1.ComputePlaneStatus{
+		Placement: &counts, Conditions: []metav1.Condition{*now},
+	})
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"status": status}}
+	u.SetGroupVersionKind(cpv1.GroupVersion.WithKind("ComputePlane"))
+	u.SetName(p.Name)
+	u.SetNamespace(p.Namespace)
+	err = r.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(PlacementFieldOwner), client.ForceOwnership)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// placementCondition is the PlacementOpen condition for a gate and its releases. It is
+// pure.
+func placementCondition(g gate, c cpv1.PlacementCounts) metav1.Condition {
+	cond := metav1.Condition{Type: cpv1.PlacementOpenCondition}
+	switch {
+	case g.open:
+		cond.Status, cond.Reason = metav1.ConditionTrue, cpv1.RoutedReason
+		cond.Message = fmt.Sprintf("%d placement release(s) routed into the plane; new ones are applied at once", c.Routed)
+	default:
+		cond.Status, cond.Reason = metav1.ConditionFalse, cpv1.HeldReason
+		cond.Message = fmt.Sprintf("%d placement release(s) held: %s", c.Held, g.why)
+	}
+	if c.Refused > 0 {
+		cond.Message += fmt.Sprintf("; %d labelled for placement but not routed (see their NotRouted events)", c.Refused)
+	}
+	if c.Uninstalling > 0 {
+		cond.Message += fmt.Sprintf("; %d deleted, waiting to be uninstalled from the plane", c.Uninstalling)
+	}
+	return cond
+}
+
+// toJSONObject is a release as the JSON object admission judged.
+func toJSONObject(hr *helmv2.HelmRelease) (map[string]any, error) {
+	b, err := json.Marshal(hr)
+	if err != nil {
+		return nil, err
+	}
+	return decode(b)
+}
