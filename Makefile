@@ -39,8 +39,8 @@ demo: ## Run the embedded default: a local management apiserver, the manager and
 	KUBEBUILDER_ASSETS=$(TESTBIN) go run ./cmd/demo
 
 .PHONY: e2e
-e2e: ## Run the cross-cluster scenarios (management + tenant apiservers, dev provider).
-	KUBEBUILDER_ASSETS=$(TESTBIN) go test -race -count=1 -v ./test/...
+e2e: ## Run placement end to end with the real Flux helm-controller (built once, see test/tools/flux.sh).
+	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) go test -race -count=1 -v -timeout 20m ./test/e2e/...
 
 .PHONY: bench
 bench: ## Run the benchmarks against real apiservers and print their figures.

@@ -34,7 +34,8 @@ const PlacementFieldOwner = "computeplane-placement"
 const (
 	// PlacementHeldReason: the release waits for its plane to be Ready.
 	PlacementHeldReason = "Held"
-	// PlacementRoutedReason: a release that was held is now applied into the plane.
+	// PlacementRoutedReason records (in memory, not as an event) that a release is
+	// applied into the plane.
 	PlacementRoutedReason = "Routed"
 	// PlacementNotRoutedReason: the release is not routed as admission requires.
 	PlacementNotRoutedReason = "NotRouted"
@@ -165,7 +166,7 @@ func (r *PlacementReconciler) release(ctx context.Context, hr *helmv2.HelmReleas
 	}
 	if g.open {
 		counts.Routed++
-		r.tellRouted(hr, plane)
+		r.routed(hr)
 		return nil
 	}
 	counts.Held++
@@ -208,22 +209,10 @@ func (r *PlacementReconciler) tell(hr *helmv2.HelmRelease, eventType, reason, fo
 	}
 }
 
-// tellRouted announces routing only to a release that was told something else before
-// (held, say): a release routed from the start needs no event.
-func (r *PlacementReconciler) tellRouted(hr *helmv2.HelmRelease, plane *cpv1.ComputePlane) {
-	r.mu.Lock()
-	before, known := r.told[hr.UID]
-	r.mu.Unlock()
-	if !known {
-		r.remember(hr, PlacementRoutedReason)
-		return
-	}
-	if before.state != PlacementRoutedReason {
-		r.remember(hr, PlacementRoutedReason)
-		r.Events.Eventf(hr, nil, corev1.EventTypeNormal, PlacementRoutedReason, "Placement",
-			"ComputePlane %s is Ready: Flux applies the release into the plane", plane.Name)
-	}
-}
+// routed records that a release is routed, without an event: opening the gate is the
+// credential alone (Flux's own events tell of the install), and a release held again
+// later is told so again.
+func (r *PlacementReconciler) routed(hr *helmv2.HelmRelease) { r.remember(hr, PlacementRoutedReason) }
 
 // remember records a release's state and reports whether it is new.
 func (r *PlacementReconciler) remember(hr *helmv2.HelmRelease, state string) bool {

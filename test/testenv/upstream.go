@@ -56,10 +56,12 @@ var UpstreamCRDs = []UpstreamCRDSource{
 		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumnetworkpolicies.yaml",
 		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumclusterwidenetworkpolicies.yaml",
 	}},
-	{Module: "github.com/fluxcd/helm-controller", Version: "v1.4.0", Files: []string{
+	// The Flux controllers at the release the e2e suite runs (test/tools/flux.sh); the
+	// Go types are the api module of go.mod (v1.4.0), which these CRDs accept.
+	{Module: "github.com/fluxcd/helm-controller", Version: "v1.6.2", Files: []string{
 		"config/crd/bases/helm.toolkit.fluxcd.io_helmreleases.yaml",
 	}},
-	{Module: "github.com/fluxcd/source-controller", Version: "v1.7.0", Files: []string{
+	{Module: "github.com/fluxcd/source-controller", Version: "v1.9.0", Files: []string{
 		"config/crd/bases/source.toolkit.fluxcd.io_helmrepositories.yaml",
 		"config/crd/bases/source.toolkit.fluxcd.io_helmcharts.yaml",
 		"config/crd/bases/source.toolkit.fluxcd.io_ocirepositories.yaml",

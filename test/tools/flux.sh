@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds the pinned Flux helm-controller from the Go module proxy into a versioned cache
+# outside the repository, once. Prints the binary's path.
+#
+# The module's go.mod replaces its api module with ./api, which the module zip does not
+# contain, so `go install` is refused: the main module and the api module are downloaded
+# separately and put together in a writable copy.
+set -euo pipefail
+
+VERSION=v1.6.2
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cat "$here/flux.sh" | sha256sum | cut -c1-12)
+dir=${COMPUTEPLANE_TESTBIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/computeplane/testbin}/helm-controller-${VERSION}-${src}
+bin="$dir/helm-controller"
+if [ -x "$bin" ]; then
+  echo "$bin"
+  exit 0
+fi
+echo "building helm-controller $VERSION into $dir (first time only)" >&2
+mkdir -p "$dir"
+moddir() { # module@version -> its directory in the module cache (downloaded outside any module)
+  (cd "$(mktemp -d)" && GOFLAGS=-mod=mod go mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+}
+main=$(moddir "github.com/fluxcd/helm-controller@$VERSION")
+api=$(moddir "github.com/fluxcd/helm-controller/api@$VERSION")
+work="$dir/src"
+rm -rf "$work"
+cp -r "$main" "$work" && chmod -R u+w "$work"
+rm -rf "$work/api" && cp -r "$api" "$work/api" && chmod -R u+w "$work/api"
+(cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$bin.tmp" .)
+rm -rf "$work"
+mv "$bin.tmp" "$bin"
+echo "$bin"
