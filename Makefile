@@ -44,7 +44,7 @@ e2e: ## Run placement end to end with the real Flux helm-controller (built once,
 
 .PHONY: bench
 bench: ## Run the benchmarks against real apiservers and print their figures.
-	KUBEBUILDER_ASSETS=$(TESTBIN) go test -run '^$$' -bench . -benchtime 1x ./test/bench/...
+	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) go test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/... ./test/e2e/...
 
 .PHONY: lint
 lint: ## Vet, check formatting and that generated files are current.

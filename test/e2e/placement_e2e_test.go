@@ -352,11 +352,7 @@ func TestClosedGateHoldsUpgradesAndDeletions(t *testing.T) {
 		}
 		return nil
 	})
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(upgraded), upgraded); err != nil {
-		t.Fatal(err)
-	}
-	upgraded.Spec.Values = jsonValue(`{"value": "v2"}`)
-	if err := k8s.Update(ctx, upgraded); err != nil {
+	if err := k8s.Patch(ctx, upgraded, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"values":{"value":"v2"}}}`))); err != nil {
 		t.Fatal(err)
 	}
 	if err := k8s.Delete(ctx, deleted); err != nil {
@@ -399,11 +395,7 @@ func TestSuspendedReleaseDeletedIsUninstalled(t *testing.T) {
 	}
 	eventually(t, settle, configMapIs(ctx, plane, p.Namespace, "paused", "v1"))
 	eventually(t, settle, releaseReady(ctx, hr))
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(hr), hr); err != nil {
-		t.Fatal(err)
-	}
-	hr.Spec.Suspend = true
-	if err := k8s.Update(ctx, hr); err != nil {
+	if err := k8s.Patch(ctx, hr, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":true}}`))); err != nil {
 		t.Fatal(err)
 	}
 	if err := k8s.Delete(ctx, hr); err != nil {
