@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -57,13 +58,18 @@ type PlacementReconciler struct {
 	Events events.EventRecorder
 
 	mu sync.Mutex
-	// told is what each release was last told (reason and cause), so each state is
-	// announced once, not on every reconcile.
+	// told is what the controller knows of each release: what it was last told
+	// (reason and cause), so each state is announced once, not on every reconcile, and
+	// its last routing verdict.
 	told map[types.UID]told
 }
 
 type told struct {
 	namespace, state string
+	// checked is the release and plane generation its routing was last judged at,
+	// and notRouted what was found (empty: routed as required).
+	checked   [2]int64
+	notRouted string
 }
 
 // +kubebuilder:rbac:groups=helm.toolkit.fluxcd.io,resources=helmreleases,verbs=get;list;watch;patch
@@ -78,7 +84,7 @@ func (r *PlacementReconciler) SetupWithManager(mgr ctrl.Manager, opts controller
 		return o.GetLabels()[cpv1.PlacementLabel] == cpv1.PlacementLabelValue || controllerutil.ContainsFinalizer(o, cpv1.PlacementFinalizer)
 	})
 	return ctrl.NewControllerManagedBy(mgr).Named("placement").
-		Watches(&helmv2.HelmRelease{}, toNamespace, builder.WithPredicates(placementOnly)).
+		Watches(&helmv2.HelmRelease{}, toNamespace, builder.WithPredicates(placementOnly, releaseChanged{})).
 		Watches(&cpv1.ComputePlane{}, toNamespace).
 		WithOptions(opts).
 		Complete(r)
@@ -147,14 +153,14 @@ func (r *PlacementReconciler) release(ctx context.Context, hr *helmv2.HelmReleas
 			"namespace %s has no ComputePlane: this placement release is applied nowhere until one exists (it never falls back to another plane or the management cluster)", hr.Namespace)
 		return nil
 	}
-	obj, err := toJSONObject(hr)
+	notRouted, err := r.notRouted(hr, plane)
 	if err != nil {
 		return err
 	}
-	if errs := routingErrors(obj, routeFor(plane)); len(errs) > 0 {
+	if notRouted != "" {
 		counts.Refused++
 		r.tell(hr, corev1.EventTypeWarning, PlacementNotRoutedReason,
-			"not routed into ComputePlane %s as a placement release must be (created before the operator's webhook was installed?): %s; recreate it", plane.Name, errs.ToAggregate())
+			"not routed into ComputePlane %s as a placement release must be (created before the operator's webhook was installed?): %s; recreate it", plane.Name, notRouted)
 		return nil
 	}
 	if !controllerutil.ContainsFinalizer(hr, cpv1.PlacementFinalizer) {
@@ -201,6 +207,35 @@ func (r *PlacementReconciler) deleting(ctx context.Context, hr *helmv2.HelmRelea
 	return nil
 }
 
+// notRouted judges a release's routing against its plane, once per generation of
+// either (a namespace with many releases is looked at whole on every change).
+func (r *PlacementReconciler) notRouted(hr *helmv2.HelmRelease, plane *cpv1.ComputePlane) (string, error) {
+	at := [2]int64{hr.Generation, plane.Generation}
+	r.mu.Lock()
+	t, ok := r.told[hr.UID]
+	r.mu.Unlock()
+	if ok && t.checked == at {
+		return t.notRouted, nil
+	}
+	obj, err := toJSONObject(hr)
+	if err != nil {
+		return "", err
+	}
+	found := ""
+	if errs := routingErrors(obj, routeFor(plane)); len(errs) > 0 {
+		found = errs.ToAggregate().Error()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.told == nil {
+		r.told = map[types.UID]told{}
+	}
+	t = r.told[hr.UID]
+	t.namespace, t.checked, t.notRouted = hr.Namespace, at, found
+	r.told[hr.UID] = t
+	return found, nil
+}
+
 // tell emits an event on a release once per state.
 func (r *PlacementReconciler) tell(hr *helmv2.HelmRelease, eventType, reason, format string, args ...any) {
 	state := reason + ": " + fmt.Sprintf(format, args...)
@@ -221,10 +256,12 @@ func (r *PlacementReconciler) remember(hr *helmv2.HelmRelease, state string) boo
 	if r.told == nil {
 		r.told = map[types.UID]told{}
 	}
-	if r.told[hr.UID].state == state {
+	t := r.told[hr.UID]
+	if t.state == state {
 		return false
 	}
-	r.told[hr.UID] = told{namespace: hr.Namespace, state: state}
+	t.namespace, t.state = hr.Namespace, state
+	r.told[hr.UID] = t
 	return true
 }
 
@@ -297,4 +334,20 @@ func toJSONObject(hr *helmv2.HelmRelease) (map[string]any, error) {
 		return nil, err
 	}
 	return decode(b)
+}
+
+// releaseChanged passes what the placement controller acts on: a release's spec,
+// labels or finalizers changing, and anything about a release being deleted (Flux
+// clearing status.storageNamespace once it uninstalled). Flux's many status updates of
+// live releases pass by.
+type releaseChanged struct{ predicate.Funcs }
+
+// Update passes the changes above.
+func (releaseChanged) Update(e event.UpdateEvent) bool {
+	if e.ObjectOld == nil || e.ObjectNew == nil {
+		return true
+	}
+	return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() || !e.ObjectNew.GetDeletionTimestamp().IsZero() ||
+		!equality.Semantic.DeepEqual(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) ||
+		!equality.Semantic.DeepEqual(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers())
 }
