@@ -255,7 +255,7 @@ type scope struct {
 	// released is set once the finalizer is gone and the object with it.
 	released bool
 	// deleting says which teardown stage the plane waits on.
-	deleting string
+	deleting deletionView
 	// waiting is set by a phase that polls for something that sends no event; the
 	// reconcile then has not finished with this generation.
 	waiting bool

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -19,42 +20,67 @@ import (
 	"github.com/cozystack/computeplane/controllers/render"
 )
 
-// deletionStage tears down one concern. It reports done=false while it waits (its
-// message says on what), and errors only for transient failures.
+// deletionStage tears down one concern. run reports done=false while it waits (its
+// message says on what), and errors only for transient failures. abandon, when a
+// platform operator set the abandon annotation, gives up what the stage waits for and
+// says what was abandoned; a stage without it never waits on anything outside the
+// operator's hands.
 type deletionStage struct {
-	name string
-	run  func(ctx context.Context, s *scope) (done bool, message string, err error)
+	reason  string
+	run     func(ctx context.Context, s *scope) (done bool, message string, err error)
+	abandon func(ctx context.Context, s *scope) (string, error)
 }
 
 // reconcileDelete runs the teardown stages in order (disable, then deprovision), one
-// visible Deleting step at a time, and releases the finalizer only after the last. The
-// gate is closed first of all: the status patch writes Ready=False/Deleting before any
-// stage removes anything.
+// visible step at a time (Reconciling's reason names the stage, its message what it waits
+// on and for how long), and releases the finalizer only after the last. The gate is
+// closed first of all: the status patch writes Ready=False/Deleting before any stage
+// removes anything, and admission takes no new placement release for a plane being
+// deleted. Each stage looks at the live state, so a restarted operator resumes where
+// the teardown is.
 func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
 	p := s.plane
 	if !controllerutil.ContainsFinalizer(p, cpv1.ComputePlaneFinalizer) {
 		return ctrl.Result{}, nil
 	}
-	// Later stages (placement releases, credentials, policies) go before the add-ons,
-	// in the order the mission fixes.
 	stages := []deletionStage{
-		{"applier credential", func(ctx context.Context, s *scope) (bool, string, error) {
-			return true, "", r.revokeApplierCredential(ctx, s)
-		}},
-		{"system add-ons", r.deleteAddons},
-		{"Cluster", r.deleteCluster},
-		{"leftover infrastructure", r.deleteLeftovers},
-		{"infrastructure namespace", r.deleteInfraNamespace},
+		{cpv1.UninstallingPlacementReason, r.uninstallPlacement, r.abandonPlacement},
+		{cpv1.RemovingIdentitiesReason, r.removeIdentities, abandonNothing("the plane's deployers, applier and placement namespaces (the plane goes with its Cluster)")},
+		{cpv1.RemovingEgressReason, r.deleteEgressPolicies, nil},
+		{cpv1.DeletingAddonsReason, r.deleteAddons, abandonNothing("the system add-on releases still being deleted")},
+		{cpv1.DeletingClusterReason, r.deleteCluster, abandonNothing("the Cluster, still being deleted by Cluster API, with whatever it has not removed")},
+		{cpv1.DeletingLeftoversReason, r.deleteLeftovers, abandonNothing("infrastructure objects still being deleted")},
+		{cpv1.DeletingNamespaceReason, r.deleteInfraNamespace, nil},
 	}
+	why := p.Annotations[cpv1.AbandonAnnotation]
 	for _, st := range stages {
 		done, msg, err := st.run(ctx, s)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if !done {
-			s.deleting = fmt.Sprintf("Deleting %s: %s", st.name, msg)
-			return ctrl.Result{RequeueAfter: r.jitter()}, nil
+		if done {
+			continue
 		}
+		if why != "" && st.abandon != nil {
+			what, err := st.abandon(ctx, s)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			r.Events.Eventf(p, nil, corev1.EventTypeWarning, "Abandoned", "Teardown",
+				"Teardown went past %s (%s), as %s=%q says: abandoned %s", st.reason, msg, cpv1.AbandonAnnotation, why, what)
+			continue
+		}
+		since := metav1.Now()
+		if d := p.Status.Deletion; d != nil && d.Stage == st.reason {
+			since = d.Since
+		}
+		p.Status.Deletion = &cpv1.DeletionStatus{Stage: st.reason, Since: since}
+		s.deleting = deletionView{reason: st.reason, message: fmt.Sprintf("%s; waiting %s", msg, waited(since.Time))}
+		if st.abandon != nil {
+			s.deleting.message += fmt.Sprintf(". If it cannot finish, a platform operator may accept leaving it behind: kubectl annotate -n %s computeplane/%s %s=<why>",
+				p.Namespace, p.Name, cpv1.AbandonAnnotation)
+		}
+		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
 
 	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -65,6 +91,20 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 	s.released = true
 	r.Planes.Remove(client.ObjectKeyFromObject(p))
 	return ctrl.Result{}, nil
+}
+
+// waited says how long a stage has waited, in whole minutes, so the message (and the
+// status) changes at most once a minute.
+func waited(since time.Time) string {
+	d := time.Since(since)
+	if d < time.Minute {
+		return "for less than a minute"
+	}
+	return "for " + d.Truncate(time.Minute).String()
+}
+
+func abandonNothing(what string) func(context.Context, *scope) (string, error) {
+	return func(context.Context, *scope) (string, error) { return what, nil }
 }
 
 // planeSelector selects this plane's objects, not an earlier plane's of the same name.

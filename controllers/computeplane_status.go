@@ -9,6 +9,12 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
 
+// deletionView is the teardown stage a deleting plane waits on, as its Reconciling
+// condition shows it.
+type deletionView struct {
+	reason, message string
+}
+
 // stageResult is what a phase observed about its stage. Phases only observe; the
 // functions in this file turn observations into conditions.
 type stageResult struct {
@@ -47,7 +53,7 @@ func stageInvalid(reason, format string, args ...any) stageResult {
 // Blocked behind the first one that is not True, and derives Ready, Reconciling and
 // Stalled from the stage conditions (not from the results alone, so a reconcile cut
 // short by a transient error never turns Ready True). It is pure.
-func summarize(conds *[]metav1.Condition, generation int64, results map[string]stageResult, deleting bool, deletingStage string) {
+func summarize(conds *[]metav1.Condition, generation int64, results map[string]stageResult, deleting bool, stage deletionView) {
 	for _, t := range cpv1.GatingConditions {
 		if r, ok := results[t]; ok {
 			set(conds, generation, t, r.status, r.reason, r.message)
@@ -94,11 +100,11 @@ func summarize(conds *[]metav1.Condition, generation int64, results map[string]s
 		apimeta.RemoveStatusCondition(conds, cpv1.ReconcilingCondition)
 	case deleting:
 		apimeta.RemoveStatusCondition(conds, cpv1.StalledCondition)
-		msg := "Tearing the plane down"
-		if deletingStage != "" {
-			msg = deletingStage
+		reason, msg := cpv1.DeletingReason, "Tearing the plane down"
+		if stage.reason != "" {
+			reason, msg = stage.reason, stage.message
 		}
-		set(conds, generation, cpv1.ReconcilingCondition, metav1.ConditionTrue, cpv1.DeletingReason, msg)
+		set(conds, generation, cpv1.ReconcilingCondition, metav1.ConditionTrue, reason, msg)
 	case blocker != nil:
 		apimeta.RemoveStatusCondition(conds, cpv1.StalledCondition)
 		set(conds, generation, cpv1.ReconcilingCondition, metav1.ConditionTrue, cpv1.ProgressingReason,

@@ -21,6 +21,7 @@ func TestSummarize(t *testing.T) {
 	type want struct {
 		ready, readyReason string
 		reconciling        bool
+		reconcilingReason  string
 		stalled            bool
 		blocked            []string // stages expected Unknown/Blocked
 	}
@@ -29,6 +30,7 @@ func TestSummarize(t *testing.T) {
 		prior    []metav1.Condition
 		results  map[string]stageResult
 		deleting bool
+		stage    deletionView
 		want     want
 	}{
 		{
@@ -72,6 +74,13 @@ func TestSummarize(t *testing.T) {
 			want:     want{ready: "False", readyReason: cpv1.DeletingReason, reconciling: true},
 		},
 		{
+			name:     "a teardown stage shows as Reconciling's reason",
+			results:  allTrue(),
+			deleting: true,
+			stage:    deletionView{reason: cpv1.UninstallingPlacementReason, message: "waiting for Flux"},
+			want:     want{ready: "False", readyReason: cpv1.DeletingReason, reconciling: true, reconcilingReason: cpv1.UninstallingPlacementReason},
+		},
+		{
 			name: "a stale Stalled is removed once the stage recovers",
 			prior: []metav1.Condition{
 				{Type: cpv1.StalledCondition, Status: "True", Reason: cpv1.SpecExceedsClassReason},
@@ -83,7 +92,7 @@ func TestSummarize(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			conds := append([]metav1.Condition(nil), tc.prior...)
-			summarize(&conds, 3, tc.results, tc.deleting, "")
+			summarize(&conds, 3, tc.results, tc.deleting, tc.stage)
 
 			ready := apimeta.FindStatusCondition(conds, cpv1.ReadyCondition)
 			if ready == nil || string(ready.Status) != tc.want.ready || ready.Reason != tc.want.readyReason {
@@ -94,6 +103,9 @@ func TestSummarize(t *testing.T) {
 			}
 			if got := apimeta.IsStatusConditionTrue(conds, cpv1.ReconcilingCondition); got != tc.want.reconciling {
 				t.Errorf("Reconciling = %v, want %v", got, tc.want.reconciling)
+			}
+			if r := tc.want.reconcilingReason; r != "" && apimeta.FindStatusCondition(conds, cpv1.ReconcilingCondition).Reason != r {
+				t.Errorf("Reconciling reason = %s, want %s", apimeta.FindStatusCondition(conds, cpv1.ReconcilingCondition).Reason, r)
 			}
 			if got := apimeta.IsStatusConditionTrue(conds, cpv1.StalledCondition); got != tc.want.stalled {
 				t.Errorf("Stalled = %v, want %v", got, tc.want.stalled)

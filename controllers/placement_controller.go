@@ -124,6 +124,8 @@ type gate struct {
 	open bool
 	// why the gate is closed, as a person reads it.
 	why string
+	// teardown: the plane is being deleted, and its teardown sees to the releases.
+	teardown bool
 }
 
 func gateOf(p *cpv1.ComputePlane) gate {
@@ -131,7 +133,7 @@ func gateOf(p *cpv1.ComputePlane) gate {
 	case p == nil:
 		return gate{why: "the namespace has no ComputePlane"}
 	case !p.DeletionTimestamp.IsZero():
-		return gate{why: fmt.Sprintf("ComputePlane %s is being deleted", p.Name)}
+		return gate{why: fmt.Sprintf("ComputePlane %s is being deleted (its teardown has Flux uninstall every placement release first)", p.Name), teardown: true}
 	}
 	ready := apimeta.FindStatusCondition(p.Status.Conditions, cpv1.ReadyCondition)
 	if ready == nil {
@@ -200,7 +202,7 @@ func (r *PlacementReconciler) deleting(ctx context.Context, hr *helmv2.HelmRelea
 		return client.IgnoreNotFound(r.Patch(ctx, hr, patch, client.FieldOwner(PlacementFieldOwner)))
 	}
 	counts.Uninstalling++
-	if !g.open {
+	if !g.open && !g.teardown {
 		r.tell(hr, corev1.EventTypeWarning, PlacementUninstallHeldReason,
 			"deleted, and kept until Flux has uninstalled it from the plane: %s, so Flux has no credential; its objects keep running in the plane until the plane is Ready again", g.why)
 	}

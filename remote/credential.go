@@ -86,3 +86,27 @@ func RevokeApplier(ctx context.Context, c client.Client, deployerNamespaces []st
 	}
 	return removed, nil
 }
+
+// DeleteOwned deletes those of objs that exist and carry labels (the plane's: nothing
+// the operator did not create is ever deleted), reading before it deletes, and returns
+// what it deleted. It does not wait for them to go.
+func DeleteOwned(ctx context.Context, c client.Client, objs []client.Object, labels map[string]string) ([]string, error) {
+	var deleted []string
+	for _, o := range objs {
+		live := o.DeepCopyObject().(client.Object)
+		if err := c.Get(ctx, client.ObjectKeyFromObject(o), live); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return deleted, err
+		}
+		if !hasLabels(live.GetLabels(), labels) || live.GetDeletionTimestamp() != nil {
+			continue
+		}
+		if err := client.IgnoreNotFound(c.Delete(ctx, live, client.Preconditions{UID: ptr.To(live.GetUID())})); err != nil {
+			return deleted, err
+		}
+		deleted = append(deleted, describe(o))
+	}
+	return deleted, nil
+}

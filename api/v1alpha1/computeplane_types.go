@@ -9,6 +9,14 @@ import (
 // ComputePlaneFinalizer holds a ComputePlane until its teardown has run in order.
 const ComputePlaneFinalizer = "computeplane.cozystack.io/finalizer"
 
+// AbandonAnnotation, set on a ComputePlane being deleted (its value says why), lets the
+// teardown go past a stage whose cleanup it cannot confirm (the plane's API is gone, an
+// uninstall keeps failing, Cluster API is stuck), abandoning what that stage would have
+// removed; an event names what. Only someone allowed to update the pseudo-subresource
+// computeplanes/abandon may set or change it (a platform operator, never a tenant):
+// config/policies enforces that at admission.
+const AbandonAnnotation = "computeplane.cozystack.io/abandon"
+
 // Placement releases: Flux HelmReleases in a tenant namespace, applied into that
 // namespace's ComputePlane and nowhere else.
 const (
@@ -188,6 +196,14 @@ type PlacementCounts struct {
 	Uninstalling int32 `json:"uninstalling,omitempty"`
 }
 
+// DeletionStatus is where a plane's teardown is.
+type DeletionStatus struct {
+	// Stage the teardown waits on (the Reconciling condition's reason).
+	Stage string `json:"stage"`
+	// Since is when the teardown began waiting on it.
+	Since metav1.Time `json:"since"`
+}
+
 // ComputePlaneStatus is what the operator observed about a plane.
 type ComputePlaneStatus struct {
 	// ObservedGeneration is the generation of the spec the status describes; it moves
@@ -217,6 +233,11 @@ type ComputePlaneStatus struct {
 	// Version the plane's API server reports.
 	// +optional
 	Version string `json:"version,omitempty"`
+
+	// Deletion, while the plane is being deleted, is the teardown stage it waits on and
+	// since when.
+	// +optional
+	Deletion *DeletionStatus `json:"deletion,omitempty"`
 
 	// Placement counts the namespace's placement releases (written by the placement
 	// controller, with the PlacementOpen condition).

@@ -54,6 +54,29 @@ const (
 	DeletingReason = "Deleting"
 )
 
+// Reasons of the Reconciling condition while a plane is deleted, one per teardown stage,
+// in the order they run (disable, then deprovision).
+const (
+	// UninstallingPlacementReason: the placement releases are deleted and Flux
+	// uninstalls each from the plane, with the credential still working.
+	UninstallingPlacementReason = "UninstallingPlacementReleases"
+	// RemovingIdentitiesReason: the applier credential is revoked, and the deployers,
+	// the applier and the placement namespaces are removed from the plane.
+	RemovingIdentitiesReason = "RemovingIdentities"
+	// RemovingEgressReason: the plane's egress policies are removed (the namespace's
+	// default deny stays until the namespace goes).
+	RemovingEgressReason = "RemovingEgressPolicies"
+	// DeletingAddonsReason: the system add-on releases are deleted.
+	DeletingAddonsReason = "DeletingAddons"
+	// DeletingClusterReason: the Cluster is deleted and Cluster API removes the machines
+	// and the control plane.
+	DeletingClusterReason = "DeletingCluster"
+	// DeletingLeftoversReason: what Cluster API does not own (templates) is deleted.
+	DeletingLeftoversReason = "DeletingLeftovers"
+	// DeletingNamespaceReason: the dedicated infrastructure namespace is deleted.
+	DeletingNamespaceReason = "DeletingNamespace"
+)
+
 // Reasons of the Valid condition.
 const (
 	// ClassNotFoundReason: spec.className names no ComputePlaneClass. The plane waits and

@@ -44,15 +44,20 @@ func TestShippedPoliciesNameTheOperator(t *testing.T) {
 			bindings[u.GetName()] = u
 		}
 	}
-	if deployment == nil || len(policies) != 2 || len(bindings) != 2 {
-		t.Fatalf("config/default lacks the manager, or the finalizer and placement guards and their bindings")
+	if deployment == nil || len(policies) != 3 || len(bindings) != 3 {
+		t.Fatalf("config/default lacks the manager, or the finalizer, placement and abandon guards and their bindings")
 	}
 	sa, _, _ := unstructured.NestedString(deployment.Object, "spec", "template", "spec", "serviceAccountName")
 	user := "system:serviceaccount:" + deployment.GetNamespace() + ":" + sa
 	if user != testenv.OperatorUser {
 		t.Errorf("the operator installs as %s; the tests run it as %s", user, testenv.OperatorUser)
 	}
-	for name, policy := range policies {
+	for _, name := range []string{"computeplane-finalizer-guard", "computeplane-placement-guard"} {
+		policy := policies[name]
+		if policy == nil {
+			t.Errorf("config/default does not install %s", name)
+			continue
+		}
 		conds, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConditions")
 		found := false
 		for _, c := range conds {
