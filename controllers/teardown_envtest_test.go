@@ -242,4 +242,3 @@ func setWorkersMax(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, n in
 		t.Fatal(err)
 	}
 }
-
