@@ -6,6 +6,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
@@ -62,6 +63,10 @@ type ComputePlaneReconciler struct {
 	TokenLifetime time.Duration
 
 	controller controller.Controller
+
+	progressMu sync.Mutex
+	// progress is how far each plane's teardown has come, by stage index.
+	progress map[client.ObjectKey]int
 }
 
 // SetupOptions are the manager flags that shape the controller.
@@ -150,6 +155,7 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if apierrors.IsNotFound(err) {
 			// Gone, with or without its teardown: stop talking to it.
 			r.Planes.Remove(req.NamespacedName)
+			r.recordTeardownProgress(req.NamespacedName, -1)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

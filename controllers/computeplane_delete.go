@@ -53,7 +53,21 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 		{cpv1.DeletingNamespaceReason, r.deleteInfraNamespace, nil},
 	}
 	why := p.Annotations[cpv1.AbandonAnnotation]
-	for _, st := range stages {
+	// The teardown never goes back: a stage it has reached (recorded in the status, and
+	// in memory for when the cached status lags) is where it resumes; earlier stages
+	// are done, and some of them could not even look again (the plane's API is gone
+	// once its Cluster is).
+	key := client.ObjectKeyFromObject(p)
+	start := r.teardownProgress(key)
+	for i, st := range stages {
+		if d := p.Status.Deletion; d != nil && d.Stage == st.reason {
+			start = max(start, i)
+		}
+	}
+	for i, st := range stages {
+		if i < start {
+			continue
+		}
 		done, msg, err := st.run(ctx, s)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -75,6 +89,7 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 			since = d.Since
 		}
 		p.Status.Deletion = &cpv1.DeletionStatus{Stage: st.reason, Since: since}
+		r.recordTeardownProgress(key, i)
 		s.deleting = deletionView{reason: st.reason, message: fmt.Sprintf("%s; waiting %s", msg, waited(since.Time))}
 		if st.abandon != nil {
 			s.deleting.message += fmt.Sprintf(". If it cannot finish, a platform operator may accept leaving it behind: kubectl annotate -n %s computeplane/%s %s=<why>",
@@ -89,8 +104,31 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s.released = true
-	r.Planes.Remove(client.ObjectKeyFromObject(p))
+	r.Planes.Remove(key)
+	r.recordTeardownProgress(key, -1)
 	return ctrl.Result{}, nil
+}
+
+// teardownProgress is the furthest teardown stage this process saw the plane wait on.
+func (r *ComputePlaneReconciler) teardownProgress(key client.ObjectKey) int {
+	r.progressMu.Lock()
+	defer r.progressMu.Unlock()
+	return r.progress[key]
+}
+
+// recordTeardownProgress remembers that the plane's teardown reached stage i (-1: done,
+// forget it).
+func (r *ComputePlaneReconciler) recordTeardownProgress(key client.ObjectKey, i int) {
+	r.progressMu.Lock()
+	defer r.progressMu.Unlock()
+	if r.progress == nil {
+		r.progress = map[client.ObjectKey]int{}
+	}
+	if i < 0 {
+		delete(r.progress, key)
+		return
+	}
+	r.progress[key] = max(r.progress[key], i)
 }
 
 // waited says how long a stage has waited, in whole minutes, so the message (and the

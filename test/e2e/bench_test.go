@@ -11,6 +11,7 @@ import (
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"github.com/fluxcd/pkg/apis/meta"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -117,4 +118,58 @@ func waitFor(b *testing.B, ctx context.Context, cond func() bool) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// BenchmarkTeardown: a Ready plane with N placement releases installed by the real
+// helm-controller is deleted. It reports the time until every release is uninstalled
+// from the plane (the teardown's first stage) and until the plane is gone (no Cluster
+// API runs here, so the Cluster goes at once).
+func BenchmarkTeardown(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("releases=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				benchmarkTeardown(b, n)
+			}
+		})
+	}
+}
+
+func benchmarkTeardown(b *testing.B, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	p := newPlane(b, ctx)
+	key := client.ObjectKeyFromObject(p)
+	waitFor(b, ctx, func() bool {
+		got := &cpv1.ComputePlane{}
+		return k8s.Get(ctx, key, got) == nil && apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition)
+	})
+	for i := range n {
+		if err := k8s.Create(ctx, release(p.Namespace, fmt.Sprintf("app-%d", i), "app", "v1")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	waitFor(b, ctx, func() bool {
+		var hrs helmv2.HelmReleaseList
+		if k8s.List(ctx, &hrs, client.InNamespace(p.Namespace)) != nil {
+			return false
+		}
+		ready := 0
+		for _, hr := range hrs.Items {
+			if c := apimeta.FindStatusCondition(hr.Status.Conditions, meta.ReadyCondition); c != nil && c.Status == metav1.ConditionTrue {
+				ready++
+			}
+		}
+		return ready == n
+	})
+	start := time.Now()
+	if err := k8s.Delete(ctx, p); err != nil {
+		b.Fatal(err)
+	}
+	waitFor(b, ctx, func() bool {
+		var hrs helmv2.HelmReleaseList
+		return k8s.List(ctx, &hrs, client.InNamespace(p.Namespace)) == nil && len(hrs.Items) == 0
+	})
+	b.ReportMetric(time.Since(start).Seconds(), "s-delete-to-all-uninstalled")
+	waitFor(b, ctx, func() bool { return apierrors.IsNotFound(k8s.Get(ctx, key, &cpv1.ComputePlane{})) })
+	b.ReportMetric(time.Since(start).Seconds(), "s-delete-to-plane-gone")
 }

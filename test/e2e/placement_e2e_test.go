@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,12 +27,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -78,37 +81,28 @@ func run(m *testing.M) int {
 	k8s = mgmt.Client
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-
-	// The operator's writes are counted (benchmarks report them).
-	operatorCfg := rest.CopyConfig(mgmt.OperatorConfig)
-	operatorCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return &writeCounter{next: rt} }
-	mgr, err := ctrl.NewManager(operatorCfg, ctrl.Options{Scheme: scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", WebhookServer: mgmt.WebhookServer()})
+	// The dev provider runs in a manager of its own, so the operator can be restarted
+	// without taking the planes down.
+	world, err := ctrl.NewManager(mgmt.Config, ctrl.Options{Scheme: scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if _, err := controllers.Setup(ctx, mgr, controllers.Options{
-		Setup:           controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
-		RequeueInterval: 2 * time.Second, PlaneTimeout: 2 * time.Second, PlaneUnreachableGrace: 2 * time.Second, Webhooks: true,
-	}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	provider = &devprovider.Provider{Client: mgr.GetClient(), Scheme: scheme}
-	if err := provider.SetupWithManager(mgr); err != nil {
+	provider = &devprovider.Provider{Client: world.GetClient(), Scheme: scheme}
+	if err := provider.SetupWithManager(world); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer provider.Stop()
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	started := mgr.GetWebhookServer().StartedChecker()
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true,
-		func(context.Context) (bool, error) { return started(&http.Request{}) == nil, nil }); err != nil {
-		fmt.Fprintln(os.Stderr, "webhook server did not start:", err)
+	worldDone := make(chan error, 1)
+	go func() { worldDone <- world.Start(ctx) }()
+	defer func() { cancel(); <-worldDone }()
+	if err := startOperator(ctx, scheme); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer func() { stopOperator() }() // the operator running at the end, after restarts
 
 	stopCharts, err := serveCharts(ctx, k8s)
 	if err != nil {
@@ -141,9 +135,51 @@ func run(m *testing.M) int {
 		log := flux.log.String()
 		fmt.Fprintln(os.Stderr, log[max(0, len(log)-20000):])
 	}
-	cancel()
-	<-done
 	return code
+}
+
+var (
+	operatorScheme *runtime.Scheme
+	stopOperator   = func() {}
+)
+
+// startOperator runs the operator (controllers and webhooks, as its ServiceAccount, its
+// writes counted for the benchmarks) until stopOperator; restartOperator does both, as
+// a crash and a new pod would.
+func startOperator(ctx context.Context, scheme *runtime.Scheme) error {
+	operatorScheme = scheme
+	cfg := rest.CopyConfig(mgmt.OperatorConfig)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return &writeCounter{next: rt} }
+	skip := true
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", WebhookServer: mgmt.WebhookServer(),
+		// A restarted operator registers its controllers again in this process.
+		Controller: config.Controller{SkipNameValidation: &skip}})
+	if err != nil {
+		return err
+	}
+	if _, err := controllers.Setup(ctx, mgr, controllers.Options{
+		Setup:           controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
+		RequeueInterval: 2 * time.Second, PlaneTimeout: 2 * time.Second, PlaneUnreachableGrace: 2 * time.Second, Webhooks: true,
+	}); err != nil {
+		return err
+	}
+	opCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(opCtx) }()
+	var once sync.Once
+	stopOperator = func() { once.Do(func() { cancel(); <-done }) }
+	started := mgr.GetWebhookServer().StartedChecker()
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true,
+		func(context.Context) (bool, error) { return started(&http.Request{}) == nil, nil })
+}
+
+func restartOperator(t *testing.T) {
+	t.Helper()
+	stopOperator()
+	if err := startOperator(context.Background(), operatorScheme); err != nil {
+		t.Fatal(err)
+	}
 }
 
 const settle = 60 * time.Second

@@ -1,0 +1,300 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/controllers/render"
+)
+
+// holdCluster puts a finalizer on the plane's Cluster, as Cluster API's own would, so the
+// test can look at both sides while the teardown waits for it; the returned func
+// releases it.
+func holdCluster(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) func() {
+	t.Helper()
+	cluster := &clusterv1.Cluster{}
+	key := client.ObjectKey{Namespace: p.Status.InfrastructureNamespace, Name: render.ClusterName(p)}
+	if err := k8s.Get(ctx, key, cluster); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(cluster.DeepCopy())
+	controllerutil.AddFinalizer(cluster, clusterv1.ClusterFinalizer)
+	if err := k8s.Patch(ctx, cluster, patch); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := k8s.Get(ctx, key, cluster); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(cluster.DeepCopy())
+		controllerutil.RemoveFinalizer(cluster, clusterv1.ClusterFinalizer)
+		if err := k8s.Patch(ctx, cluster, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// stages records every teardown stage (Reconciling's reason) the plane shows until it is
+// gone, and calls at(stage) the first time each appears.
+func stages(ctx context.Context, key client.ObjectKey, at func(stage string)) func() error {
+	var seen []string
+	return func() error {
+		p := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, key, p); apierrors.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if rec := apimeta.FindStatusCondition(p.Status.Conditions, cpv1.ReconcilingCondition); rec != nil &&
+			(len(seen) == 0 || seen[len(seen)-1] != rec.Reason) && rec.Reason != cpv1.DeletingReason {
+			seen = append(seen, rec.Reason)
+			if at != nil {
+				at(rec.Reason)
+			}
+		}
+		return fmt.Errorf("plane still there, stages seen: %v", seen)
+	}
+}
+
+// TestTeardownInOrder deletes a plane with placement releases installed by the real Flux
+// and checks the order (releases uninstalled from the plane while the credential works,
+// then identities and placement namespaces, egress policies, the Cluster), restarting
+// the operator at every stage it is seen waiting on, and that nothing of the operator's is
+// left on either side.
+func TestTeardownInOrder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	p := newPlane(t, ctx)
+	eventually(t, settle, planeReady(ctx, p))
+	plane := planeClient(t, ctx, p)
+	key := client.ObjectKeyFromObject(p)
+	for _, hr := range []*helmv2.HelmRelease{
+		release(p.Namespace, "app", "app", "v1"),
+		release(p.Namespace, "notebook", "app", "nb", func(hr *helmv2.HelmRelease) { hr.Spec.TargetNamespace = "notebooks" }),
+	} {
+		if err := k8s.Create(ctx, hr); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, settle, releaseReady(ctx, hr))
+	}
+	release := holdCluster(t, ctx, p)
+	if err := k8s.Get(ctx, key, p); err != nil {
+		t.Fatal(err)
+	}
+	infra := p.Status.InfrastructureNamespace
+
+	if err := k8s.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	eventually(t, 3*time.Minute, stages(ctx, key, func(stage string) {
+		order = append(order, stage)
+		switch stage {
+		case cpv1.DeletingClusterReason:
+			// Everything before the Cluster is done: look at both sides now, while the
+			// plane still runs.
+			checkPlaneEmptied(t, ctx, plane, p)
+			checkManagementBeforeCluster(t, ctx, p, infra)
+			release()
+		}
+		// A crash and a new operator: the teardown resumes from what is there.
+		restartOperator(t)
+	}))
+	t.Logf("stages seen waiting (the operator restarted at each): %v", order)
+	want := []string{cpv1.UninstallingPlacementReason, cpv1.DeletingClusterReason}
+	if i := indexOf(order, want[0]); i < 0 || indexOf(order, want[1]) < i {
+		t.Errorf("teardown stages %v: want %v in that order", order, want)
+	}
+	checkNothingLeft(t, ctx, p, infra)
+}
+
+// checkPlaneEmptied: Flux uninstalled the releases (their objects and Helm's records are
+// gone), and the operator removed its identities and namespaces.
+func checkPlaneEmptied(t *testing.T, ctx context.Context, plane client.Client, p *cpv1.ComputePlane) {
+	t.Helper()
+	for _, cm := range []client.ObjectKey{{Namespace: p.Namespace, Name: "app"}, {Namespace: "notebooks", Name: "notebook"}} {
+		if err := plane.Get(ctx, cm, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+			t.Errorf("ConfigMap %s of a placement release is still in the plane (err=%v)", cm, err)
+		}
+	}
+	var secrets corev1.SecretList
+	if err := plane.List(ctx, &secrets, client.MatchingLabels{"owner": "helm"}); err != nil || len(secrets.Items) != 0 {
+		t.Errorf("%d Helm release records left in the plane (err=%v)", len(secrets.Items), err)
+	}
+	for _, obj := range []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "computeplane-system", Name: "computeplane-applier"}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: "computeplane-deployer"}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "notebooks", Name: "computeplane-deployer"}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "notebooks", Name: "computeplane-deployer"}},
+	} {
+		if err := plane.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) && obj.GetDeletionTimestamp() == nil {
+			t.Errorf("%T %s/%s is still in the plane (err=%v)", obj, obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+	// Namespaces only finish deleting with a namespace controller, which a test
+	// apiserver does not run: being deleted is what the operator can do.
+	for _, name := range []string{p.Namespace, "notebooks", "computeplane-system"} {
+		ns := &corev1.Namespace{}
+		if err := plane.Get(ctx, client.ObjectKey{Name: name}, ns); err == nil && ns.DeletionTimestamp.IsZero() {
+			t.Errorf("namespace %s of the plane is not being deleted", name)
+		}
+	}
+}
+
+// checkManagementBeforeCluster: by the time the Cluster is deleted, the placement
+// releases, the applier credential and the plane's egress baseline are gone from the
+// management cluster; the namespace's default deny stays.
+func checkManagementBeforeCluster(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, infra string) {
+	t.Helper()
+	var hrs helmv2.HelmReleaseList
+	if err := k8s.List(ctx, &hrs, client.InNamespace(p.Namespace)); err != nil || len(hrs.Items) != 0 {
+		t.Errorf("%d placement releases left (err=%v)", len(hrs.Items), err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the applier credential is still there (err=%v)", err)
+	}
+	var cnps ciliumv2.CiliumNetworkPolicyList
+	if err := k8s.List(ctx, &cnps, client.InNamespace(infra)); err != nil {
+		t.Fatal(err)
+	}
+	if len(cnps.Items) != 1 || cnps.Items[0].Name != "computeplane-default-deny" {
+		var names []string
+		for _, c := range cnps.Items {
+			names = append(names, c.Name)
+		}
+		t.Errorf("policies while the Cluster goes: %v, want only the default deny", names)
+	}
+}
+
+// checkNothingLeft lists every kind the operator creates on the management cluster: none
+// of the plane's is left (its namespace is being deleted).
+func checkNothingLeft(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, infra string) {
+	t.Helper()
+	sel := client.MatchingLabels{cpv1.PlaneUIDLabel: string(p.UID)}
+	for _, gvk := range []schema.GroupVersionKind{
+		clusterv1.GroupVersion.WithKind("ClusterList"),
+		clusterv1.GroupVersion.WithKind("MachineDeploymentList"),
+		{Group: render.ControlPlaneGroup, Version: "v1alpha2", Kind: "KamajiControlPlaneList"},
+		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: "KubevirtClusterList"},
+		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: "KubevirtMachineTemplateList"},
+		{Group: "bootstrap.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmConfigTemplateList"},
+		{Group: "helm.toolkit.fluxcd.io", Version: "v2", Kind: "HelmReleaseList"},
+		{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicyList"},
+		{Version: "v1", Kind: "SecretList"},
+	} {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk)
+		if err := k8s.List(ctx, list, sel); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range list.Items {
+			t.Errorf("left behind: %s %s/%s", gvk.Kind, o.GetNamespace(), o.GetName())
+		}
+	}
+	ns := &corev1.Namespace{}
+	if err := k8s.Get(ctx, types.NamespacedName{Name: infra}, ns); err == nil && ns.DeletionTimestamp.IsZero() {
+		t.Errorf("the infrastructure namespace %s is not being deleted", infra)
+	}
+}
+
+// TestTeardownWithADeadPlane: the plane's datastore dies mid-teardown. The teardown waits,
+// saying why and since when; a tenant cannot make it give up; a platform operator's
+// abandon annotation completes it, and an event names what was left behind.
+func TestTeardownWithADeadPlane(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	p := newPlane(t, ctx)
+	eventually(t, settle, planeReady(ctx, p))
+	key := client.ObjectKeyFromObject(p)
+	hr := release(p.Namespace, "stuck", "app", "v1")
+	if err := k8s.Create(ctx, hr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, releaseReady(ctx, hr))
+	if err := k8s.Get(ctx, key, p); err != nil {
+		t.Fatal(err)
+	}
+	tenant := provider.Tenant(types.NamespacedName{Namespace: p.Status.InfrastructureNamespace, Name: render.ClusterName(p)})
+	if err := tenant.StopEtcd(); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := k8s.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, key, got); err != nil {
+			return err
+		}
+		rec := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReconcilingCondition)
+		if rec == nil || rec.Reason != cpv1.UninstallingPlacementReason || !strings.Contains(rec.Message, "(stuck)") ||
+			!strings.Contains(rec.Message, "waiting for") || !strings.Contains(rec.Message, cpv1.AbandonAnnotation) {
+			return fmt.Errorf("Reconciling = %+v", rec)
+		}
+		return nil
+	})
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(hr), hr); err != nil {
+		t.Fatalf("a release went before its uninstall could be confirmed: %v", err)
+	}
+
+	// The suite's admin is a cluster administrator: it has computeplanes/abandon.
+	got := &cpv1.ComputePlane{}
+	if err := k8s.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(got.DeepCopy())
+	metav1.SetMetaDataAnnotation(&got.ObjectMeta, cpv1.AbandonAnnotation, "the plane's datastore is lost")
+	if err := k8s.Patch(ctx, got, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		var evs corev1.EventList
+		if err := k8s.List(ctx, &evs, client.InNamespace(p.Namespace)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "Abandoned" && strings.Contains(e.Message, "placement releases [stuck]") && strings.Contains(e.Message, "datastore is lost") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Abandoned event names the release and the reason")
+	})
+	// The plane's datastore comes back (the dev provider stops the plane cleanly once
+	// its control plane is deleted); the rest of the teardown finishes.
+	if err := tenant.StartEtcd(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, stages(ctx, key, nil))
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(hr), &helmv2.HelmRelease{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the abandoned release is still there (err=%v)", err)
+	}
+}
+
+func indexOf(list []string, s string) int {
+	for i, x := range list {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
