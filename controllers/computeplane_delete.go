@@ -90,7 +90,7 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 		}
 		p.Status.Deletion = &cpv1.DeletionStatus{Stage: st.reason, Since: since}
 		r.recordTeardownProgress(key, i)
-		s.deleting = deletionView{reason: st.reason, message: fmt.Sprintf("%s; waiting %s", msg, waited(since.Time))}
+		s.deleting = deletionView{reason: st.reason, message: fmt.Sprintf("%s (%s so far)", msg, waited(since.Time))}
 		if st.abandon != nil {
 			s.deleting.message += fmt.Sprintf(". If it cannot finish, a platform operator may accept leaving it behind: kubectl annotate -n %s computeplane/%s %s=<why>",
 				p.Namespace, p.Name, cpv1.AbandonAnnotation)
@@ -136,9 +136,9 @@ func (r *ComputePlaneReconciler) recordTeardownProgress(key client.ObjectKey, i 
 func waited(since time.Time) string {
 	d := time.Since(since)
 	if d < time.Minute {
-		return "for less than a minute"
+		return "less than a minute"
 	}
-	return "for " + d.Truncate(time.Minute).String()
+	return d.Truncate(time.Minute).String()
 }
 
 func abandonNothing(what string) func(context.Context, *scope) (string, error) {

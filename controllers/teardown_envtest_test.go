@@ -106,7 +106,7 @@ func TestTeardownAbandonOnlyByPlatformOperator(t *testing.T) {
 			return err
 		}
 		rec := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReconcilingCondition)
-		if rec == nil || rec.Reason != cpv1.DeletingClusterReason || !strings.Contains(rec.Message, "waiting for less than a minute") ||
+		if rec == nil || rec.Reason != cpv1.DeletingClusterReason || !strings.Contains(rec.Message, "(less than a minute so far)") ||
 			!strings.Contains(rec.Message, cpv1.AbandonAnnotation) {
 			return fmt.Errorf("Reconciling = %+v", rec)
 		}

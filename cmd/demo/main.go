@@ -118,6 +118,14 @@ func run(ctx context.Context, stay bool) error {
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
 		return cmd.Run()
 	}
+	kubectlStdin := func(stdin string, args ...string) error {
+		fmt.Printf("\n$ echo '%s' | kubectl %s\n", stdin, join(args))
+		cmd := exec.CommandContext(ctx, filepath.Join(mgmt.Env.BinaryAssetsDirectory, "kubectl"), args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		cmd.Stdin = strings.NewReader(stdin)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+		return cmd.Run()
+	}
 
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -184,6 +192,18 @@ func run(ctx context.Context, stay bool) error {
 		return fmt.Errorf("a second plane: %w", err)
 	}
 
+	step("A placement release is routed into the plane at admission (Flux would apply it there, as the deployer)")
+	release := filepath.Join(samples, "placement-release.yaml")
+	if err := kubectl("create", "--dry-run=server", "-f", release, "-o",
+		`jsonpath=kubeConfig={.spec.kubeConfig.secretRef.name} serviceAccountName={.spec.serviceAccountName} targetNamespace={.spec.targetNamespace} storageNamespace={.spec.storageNamespace} finalizers={.metadata.finalizers}{"\n"}`); err != nil {
+		return fmt.Errorf("a placement release: %w", err)
+	}
+	step("...and one that asks to be applied as someone else is refused")
+	if err := refused(kubectlStdin(`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"sneaky","namespace":"tenant-demo","labels":{"computeplane.cozystack.io/placement":"ComputePlane"}},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"jupyter","namespace":"cozy-public"},"serviceAccountName":"default"}}`,
+		"create", "--dry-run=server", "-f", "-")); err != nil {
+		return fmt.Errorf("a placement release as another identity: %w", err)
+	}
+
 	step("Forcing a reconcile the Flux way")
 	stamp := fmt.Sprint(time.Now().Unix())
 	_ = kubectl("annotate", "--overwrite", "-n", "tenant-demo", "computeplane/demo", "reconcile.fluxcd.io/requestedAt="+stamp)
@@ -201,8 +221,14 @@ func run(ctx context.Context, stay bool) error {
 	if stay {
 		step("Still running. In another shell: export KUBECONFIG=" + kubeconfig + "; Ctrl-C here to stop and clean up")
 		<-ctx.Done()
+		return nil
 	}
-	return nil
+
+	step("Deleting the plane: the teardown runs its stages in order (each a Reconciling reason)")
+	if err := kubectl("delete", "-n", "tenant-demo", "computeplane/demo", "--wait=false"); err != nil {
+		return err
+	}
+	return watchTeardown(ctx, mgmt.Client, key)
 }
 
 // watchProvisioning prints each change of the plane's Provisioned condition until it is
@@ -239,6 +265,26 @@ func refused(err error) error {
 	default:
 		return err
 	}
+}
+
+// watchTeardown prints each teardown stage the plane shows until it is gone.
+func watchTeardown(ctx context.Context, c client.Client, key client.ObjectKey) error {
+	last := ""
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p := &cpv1.ComputePlane{}
+		if err := c.Get(ctx, key, p); err != nil {
+			if client.IgnoreNotFound(err) == nil {
+				fmt.Println("    the ComputePlane is gone")
+				return true, nil
+			}
+			return false, err
+		}
+		if rec := apimeta.FindStatusCondition(p.Status.Conditions, cpv1.ReconcilingCondition); rec != nil && rec.Reason != last {
+			fmt.Printf("    Reconciling=%s: %s\n", rec.Reason, rec.Message)
+			last = rec.Reason
+		}
+		return false, nil
+	})
 }
 
 // adminKubeconfig copies the plane's admin kubeconfig (Kamaji's Secret in the
