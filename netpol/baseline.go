@@ -59,8 +59,9 @@ type Baseline struct {
 
 // BaselinePolicy is the egress baseline of a plane's VM pods: the kube-apiserver entity
 // is always denied (an explicit deny wins over any allow, including a later grant);
-// allowed are DNS, the plane's own control plane (API server and konnectivity) and, if
-// the class says so, the world outside the cluster. Everything else cluster-internal is
+// allowed are DNS, the plane's own control plane (API server and konnectivity), the
+// plane's other VMs (its nodes talk to each other: the plane's own pod network, kubelets)
+// and, if the class says so, the world outside the cluster. Everything else cluster-internal is
 // denied by default, because a policy with egress rules selects the pods. Per-Service
 // grants are separate policies that add to this one.
 func BaselinePolicy(b Baseline) *ciliumv2.CiliumNetworkPolicy {
@@ -82,6 +83,9 @@ func BaselinePolicy(b Baseline) *ciliumv2.CiliumNetworkPolicy {
 			}}},
 		},
 	}
+	egress = append(egress, api.EgressRule{EgressCommonRule: api.EgressCommonRule{ToEndpoints: []api.EndpointSelector{
+		selector(withNamespace(b.Namespace, b.VMSelector)),
+	}}})
 	if b.Internet {
 		egress = append(egress, api.EgressRule{EgressCommonRule: api.EgressCommonRule{
 			ToEntities: api.EntitySlice{api.EntityWorld},
@@ -133,6 +137,15 @@ func denyAPIServer() []api.EgressDenyRule {
 	return []api.EgressDenyRule{{EgressCommonRule: api.EgressCommonRule{
 		ToEntities: api.EntitySlice{api.EntityKubeAPIServer},
 	}}}
+}
+
+// withNamespace is a VM selector confined to the namespace the VMs run in.
+func withNamespace(namespace string, labels map[string]string) map[string]string {
+	out := map[string]string{namespaceLabel: namespace}
+	for k, v := range labels {
+		out["k8s:"+k] = v
+	}
+	return out
 }
 
 // selector writes the match labels as a person writes them in a policy (source prefix

@@ -86,3 +86,15 @@ func TestDefaultDenySelectsVMsAndDeniesEgress(t *testing.T) {
 		}
 	}
 }
+
+func TestBaselineLetsThePlanesNodesTalk(t *testing.T) {
+	p := BaselinePolicy(Baseline{Namespace: "cp-a", ControlPlane: "c", VMSelector: map[string]string{"computeplane.cozystack.io/uid": "u"}})
+	for _, r := range p.Spec.Egress {
+		for _, e := range r.ToEndpoints {
+			if e.MatchLabels["k8s:computeplane.cozystack.io/uid"] == "u" && e.MatchLabels["k8s:io.kubernetes.pod.namespace"] == "cp-a" && len(r.ToPorts) == 0 {
+				return
+			}
+		}
+	}
+	t.Errorf("the plane's VMs cannot reach each other: %+v", p.Spec.Egress)
+}
