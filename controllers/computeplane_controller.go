@@ -67,6 +67,8 @@ type ComputePlaneReconciler struct {
 	progressMu sync.Mutex
 	// progress is how far each plane's teardown has come, by stage index.
 	progress map[client.ObjectKey]int
+	// grantsMem is the grant policy each plane last had applied.
+	grantsMem grantsMemory
 }
 
 // SetupOptions are the manager flags that shape the controller.
@@ -122,6 +124,12 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		Watches(kamajiControlPlaneKind(), handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
 		// Kamaji's CAPI provider creates the TenantControlPlane without our labels.
 		Watches(&kamajiv1alpha1.TenantControlPlane{}, handler.EnqueueRequestsFromMapFunc(r.planesOfInfraNamespace)).
+		// A Service that opts in or out (or goes) changes its plane's grants.
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.planesInNamespace),
+			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+				_, ok := o.GetLabels()[cpv1.ServiceAccessLabel]
+				return ok
+			}), serviceAccessChanged{})).
 		// A tenant namespace's labels decide which classes it may use; an infrastructure
 		// namespace in the way (not the plane's own) may be removed by a person.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.planesOfNamespace)).
@@ -201,6 +209,7 @@ func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) 
 		{[]string{cpv1.ProvisionedCondition}, r.reconcileProvisioning, false},
 		{[]string{cpv1.PodSecurityCondition, cpv1.AdmissionCondition}, r.reconcileHardening, true},
 		{[]string{cpv1.EgressCondition}, r.reconcileEgress, false},
+		{[]string{cpv1.NetworkPoliciesCondition}, r.reconcileGrants, false},
 		{[]string{cpv1.IdentitiesCondition}, r.reconcileIdentities, true},
 	}
 	var result ctrl.Result

@@ -109,6 +109,7 @@ func baselinePolicy(s *scope, ns string) *ciliumv2.CiliumNetworkPolicy {
 		VMSelector:   render.PlaneSelector(p),
 		ControlPlane: render.ClusterName(p),
 		Internet:     s.class.Spec.Egress.Internet == cpv1.InternetAllow,
+		DeniedCIDRs:  s.class.Spec.Egress.DeniedCIDRs,
 		Labels:       withLabel(render.PlaneLabels(p), PolicyRoleLabel, "egress-baseline"),
 	})
 }

@@ -236,3 +236,13 @@ func (r *ComputePlaneReconciler) planesOfNamespace(ctx context.Context, o client
 	}
 	return append(requestsFor(in.Items, ""), requestsFor(infra.Items, "")...)
 }
+
+// planesInNamespace maps an object to the planes of its namespace.
+func (r *ComputePlaneReconciler) planesInNamespace(ctx context.Context, o client.Object) []ctrl.Request {
+	var planes cpv1.ComputePlaneList
+	if err := r.List(ctx, &planes, client.InNamespace(o.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the planes of a namespace", "namespace", o.GetNamespace())
+		return nil
+	}
+	return requestsFor(planes.Items, "")
+}

@@ -236,7 +236,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 	if err := k8s.Get(ctx, cnpKey, cnp); err != nil {
 		t.Fatal(err)
 	}
-	if len(cnp.Spec.EgressDeny) != 1 || cnp.Spec.EgressDeny[0].ToEntities[0] != "kube-apiserver" {
+	if len(cnp.Spec.EgressDeny) != 2 || cnp.Spec.EgressDeny[0].ToEntities[0] != "kube-apiserver" || cnp.Spec.EgressDeny[1].ToCIDR[0] != "169.254.0.0/16" {
 		t.Errorf("baseline egressDeny = %+v", cnp.Spec.EgressDeny)
 	}
 	cnpUID := cnp.UID
@@ -557,6 +557,17 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionFalse, controllers.PlaneUnreachableReason))
+	// The placement controller reports the closed gate after it (once).
+	eventually(t, settle, func() error {
+		p := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, key, p); err != nil {
+			return err
+		}
+		if c := apimeta.FindStatusCondition(p.Status.Conditions, cpv1.PlacementOpenCondition); c == nil || !strings.Contains(c.Message, controllers.PlaneUnreachableReason) {
+			return fmt.Errorf("PlacementOpen = %+v", c)
+		}
+		return nil
+	})
 	got := &cpv1.ComputePlane{}
 	if err := k8s.Get(ctx, key, got); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@
 package netpol
 
 import (
+	"slices"
+	"sort"
 	"strings"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
@@ -53,6 +55,9 @@ type Baseline struct {
 	ControlPlane string
 	// Internet allows egress to addresses outside the cluster.
 	Internet bool
+	// DeniedCIDRs are denied whatever else allows them (the class's: the management
+	// API's addresses outside the cluster), besides the link-local range.
+	DeniedCIDRs []string
 	// Labels of the policy object itself.
 	Labels map[string]string
 }
@@ -99,10 +104,20 @@ func BaselinePolicy(b Baseline) *ciliumv2.CiliumNetworkPolicy {
 		TypeMeta:   metav1.TypeMeta{APIVersion: ciliumv2.SchemeGroupVersion.String(), Kind: ciliumv2.CNPKindDefinition},
 		ObjectMeta: metav1.ObjectMeta{Namespace: b.Namespace, Name: b.Name, Labels: b.Labels},
 		Spec: &api.Rule{
-			Description:      "ComputePlane egress baseline: no management kube-apiserver, nothing cluster-internal but DNS and the plane's own control plane",
+			Description:      "ComputePlane baseline: no management kube-apiserver, no link-local, nothing cluster-internal but DNS, the plane's own control plane and its own VMs",
 			EndpointSelector: selector(vm),
 			Egress:           egress,
-			EgressDeny:       denyAPIServer(),
+			EgressDeny:       denied(b.DeniedCIDRs),
+			// Ingress (the namespace's default deny shuts the rest): the plane's own VMs,
+			// its nodes talking to each other; and the host and the other nodes, where
+			// KubeVirt's virt-handler (console, live migration) and the kubelet's probes
+			// of the VM pods come from.
+			Ingress: []api.IngressRule{
+				{IngressCommonRule: api.IngressCommonRule{FromEndpoints: []api.EndpointSelector{
+					selector(withNamespace(b.Namespace, b.VMSelector)),
+				}}},
+				{IngressCommonRule: api.IngressCommonRule{FromEntities: api.EntitySlice{api.EntityHost, api.EntityRemoteNode}}},
+			},
 		},
 	}
 	return p
@@ -125,27 +140,58 @@ func DefaultDeny(namespace string, tenantNamespace bool, labels map[string]strin
 		TypeMeta:   metav1.TypeMeta{APIVersion: ciliumv2.SchemeGroupVersion.String(), Kind: ciliumv2.CNPKindDefinition},
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: DefaultDenyName, Labels: labels},
 		Spec: &api.Rule{
-			Description:       "ComputePlane infrastructure default deny: no VM pod here has egress but what its plane's baseline and grants allow",
+			Description:       "ComputePlane infrastructure default deny: no VM pod here sends or receives anything but what its plane's baseline and grants allow",
 			EndpointSelector:  api.EndpointSelector{LabelSelector: sel},
-			EnableDefaultDeny: api.DefaultDenyConfig{Egress: &deny},
-			EgressDeny:        denyAPIServer(),
+			EnableDefaultDeny: api.DefaultDenyConfig{Egress: &deny, Ingress: &deny},
+			EgressDeny:        denied(nil),
 		},
 	}
 }
 
-func denyAPIServer() []api.EgressDenyRule {
-	return []api.EgressDenyRule{{EgressCommonRule: api.EgressCommonRule{
-		ToEntities: api.EntitySlice{api.EntityKubeAPIServer},
-	}}}
+// LinkLocal is always denied: cloud metadata services (169.254.169.254) and other
+// node-local addresses.
+const LinkLocal = "169.254.0.0/16"
+
+// denied is what a plane's VMs may never reach, whatever allows it: the kube-apiserver
+// entity, the link-local range and the given CIDRs. (Deny rules win over allow rules in
+// Cilium.)
+func denied(cidrs []string) []api.EgressDenyRule {
+	blocks := api.CIDRSlice{LinkLocal}
+	for _, c := range sortedUnique(cidrs) {
+		if c != LinkLocal {
+			blocks = append(blocks, api.CIDR(c))
+		}
+	}
+	return []api.EgressDenyRule{
+		{EgressCommonRule: api.EgressCommonRule{ToEntities: api.EntitySlice{api.EntityKubeAPIServer}}},
+		{EgressCommonRule: api.EgressCommonRule{ToCIDR: blocks}},
+	}
 }
 
-// withNamespace is a VM selector confined to the namespace the VMs run in.
+func sortedUnique(in []string) []string {
+	out := append([]string(nil), in...)
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// withNamespace is a selector confined to a namespace: the namespace is set last, so a
+// selector that names a namespace label of its own (a Service's selector may carry any
+// key, "io.kubernetes.pod.namespace" included) cannot move it elsewhere.
 func withNamespace(namespace string, labels map[string]string) map[string]string {
-	out := map[string]string{namespaceLabel: namespace}
+	out := map[string]string{}
 	for k, v := range labels {
 		out["k8s:"+k] = v
 	}
+	out[namespaceLabel] = namespace
 	return out
+}
+
+// ReservedSelectorKey reports whether a selector key means something to Cilium beyond a
+// pod label (the namespace, Cilium's own identity labels): a Service selector with one
+// is not granted.
+func ReservedSelectorKey(key string) bool {
+	return strings.HasPrefix(key, "io.kubernetes.pod.") || strings.HasPrefix(key, "io.cilium.") ||
+		strings.HasPrefix(key, "k8s:") || strings.HasPrefix(key, "reserved:")
 }
 
 // selector writes the match labels as a person writes them in a policy (source prefix

@@ -22,6 +22,7 @@ func TestBaselineGolden(t *testing.T) {
 	}
 	withInternet := base
 	withInternet.Internet = true
+	withInternet.DeniedCIDRs = []string{"203.0.113.10/32", "198.51.100.0/24", "203.0.113.10/32"}
 	labels := map[string]string{"app.kubernetes.io/managed-by": "computeplane-operator"}
 	for name, policy := range map[string]any{
 		"baseline-internet-deny":        BaselinePolicy(base),
@@ -34,28 +35,37 @@ func TestBaselineGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", name+".golden.yaml")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./netpol -update to create it)", err)
-			}
-			if string(got) != string(want) {
-				t.Errorf("%s differs from the golden file; review and run go test ./netpol -update\n--- got\n%s", name, got)
-			}
+			golden(t, name, got)
 		})
 	}
 }
 
-func TestBaselineDeniesTheAPIServerEvenWithInternet(t *testing.T) {
-	p := BaselinePolicy(Baseline{Namespace: "n", ControlPlane: "c", Internet: true})
-	if len(p.Spec.EgressDeny) != 1 || len(p.Spec.EgressDeny[0].ToEntities) != 1 || p.Spec.EgressDeny[0].ToEntities[0] != "kube-apiserver" {
-		t.Errorf("egressDeny = %+v", p.Spec.EgressDeny)
+// golden compares got with testdata/<name>.golden.yaml (go test ./netpol -update
+// rewrites it).
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden.yaml")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./netpol -update to create it)", err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("%s differs from the golden file; review and run go test ./netpol -update\n--- got\n%s", name, got)
+	}
+}
+
+func TestBaselineDeniesTheAPIServerEvenWithInternet(t *testing.T) {
+	p := BaselinePolicy(Baseline{Namespace: "n", ControlPlane: "c", Internet: true, DeniedCIDRs: []string{"203.0.113.10/32"}})
+	checkDenies(t, p.Spec.EgressDeny)
+	if got := p.Spec.EgressDeny[1].ToCIDR; len(got) != 2 || got[1] != "203.0.113.10/32" {
+		t.Errorf("the class's denied CIDRs are not denied: %v", got)
+	}
+	checkDenies(t, DefaultDeny("n", false, nil).Spec.EgressDeny)
 	for _, r := range p.Spec.Egress {
 		for _, e := range r.ToEntities {
 			if e == "all" || e == "cluster" || e == "kube-apiserver" || e == "host" || e == "remote-node" {

@@ -65,11 +65,14 @@ type ComputePlaneSpec struct {
 	NodeGroups map[string]NodeGroup `json:"nodeGroups,omitempty"`
 
 	// ServiceAccess lists the Services of this namespace the plane's VMs may reach, and on
-	// which ports. Nothing else in the management cluster is reachable.
+	// which ports: the plane's half of a grant. A grant exists only when the Service's
+	// owner agrees too, by labelling it computeplane.cozystack.io/plane-access=<plane
+	// name>; status.serviceAccess says, per entry, whether it is granted, pending or
+	// refused. Nothing else in the management cluster is reachable.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
-	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:MaxItems=1000
 	ServiceAccess []ServiceAccess `json:"serviceAccess,omitempty"`
 
 	// PlacementNamespaces are extra namespaces the operator pre-creates in the plane for
@@ -179,6 +182,37 @@ type ServicePort struct {
 	Protocol string `json:"protocol"`
 }
 
+// ServiceAccessLabel, set on a Service to the name of its namespace's ComputePlane, is
+// the Service owner's half of a grant: the plane's VMs may then reach it on the ports
+// the plane asks for in spec.serviceAccess. Removing it revokes the grant.
+const ServiceAccessLabel = "computeplane.cozystack.io/plane-access"
+
+// GrantState is where one requested Service access stands.
+// +kubebuilder:validation:Enum=Granted;Pending;Refused
+type GrantState string
+
+const (
+	// GrantGranted: both sides agree; the plane's VMs may reach the Service's backends
+	// on the requested ports.
+	GrantGranted GrantState = "Granted"
+	// GrantPending: the Service does not exist or its owner has not opted in yet.
+	GrantPending GrantState = "Pending"
+	// GrantRefused: the request cannot be granted as it is (the Service has no
+	// selector, does not expose a requested port, ...); the reason says.
+	GrantRefused GrantState = "Refused"
+)
+
+// ServiceAccessStatus is where one entry of spec.serviceAccess stands.
+type ServiceAccessStatus struct {
+	// Name of the Service.
+	Name string `json:"name"`
+	// State of the grant.
+	State GrantState `json:"state"`
+	// Message says why, or which backend ports a granted Service opens.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
 // PlacementCounts counts the placement HelmReleases of a plane's namespace.
 type PlacementCounts struct {
 	// Held releases wait for the plane to be Ready (the gate is closed).
@@ -233,6 +267,12 @@ type ComputePlaneStatus struct {
 	// Version the plane's API server reports.
 	// +optional
 	Version string `json:"version,omitempty"`
+
+	// ServiceAccess is where each entry of spec.serviceAccess stands.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	ServiceAccess []ServiceAccessStatus `json:"serviceAccess,omitempty"`
 
 	// Deletion, while the plane is being deleted, is the teardown stage it waits on and
 	// since when.

@@ -239,6 +239,24 @@ type EgressProfile struct {
 	// +optional
 	// +kubebuilder:default=Deny
 	Internet InternetEgress `json:"internet,omitempty"`
+
+	// DeniedCIDRs are denied to the plane's VMs whatever else allows them, internet
+	// egress included: the management cluster's API addresses outside the cluster (a
+	// load balancer or VIP in front of it, which Cilium does not count as the
+	// kube-apiserver entity). Link-local addresses (169.254.0.0/16, cloud metadata among
+	// them) are always denied.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c))",message="deniedCIDRs must be CIDRs, for example 203.0.113.10/32"
+	DeniedCIDRs []string `json:"deniedCIDRs,omitempty"`
+
+	// AllowSelectorlessServices lets planes be granted Services without a selector
+	// (whose endpoints are written by hand, and so may point anywhere). Off by default;
+	// the management kube-apiserver stays denied either way.
+	// +optional
+	AllowSelectorlessServices bool `json:"allowSelectorlessServices,omitempty"`
 }
 
 // NodeGroupLimits bound a tenant's node groups.

@@ -25,20 +25,23 @@ const (
 	AdmissionCondition = "AdmissionPoliciesReady"
 	// EgressCondition: the management-side egress baseline is in place.
 	EgressCondition = "EgressHardened"
+	// NetworkPoliciesCondition: the policy of the plane's Service grants is exactly what
+	// the current grants make (read back). Pending and refused grants do not hold the
+	// gate: they open nothing.
+	NetworkPoliciesCondition = "NetworkPoliciesReady"
 	// IdentitiesCondition: the deployers, the applier and its short-lived kubeconfig
 	// exist and were read back.
 	IdentitiesCondition = "IdentitiesReady"
 )
 
 // GatingConditions are the stage conditions that make up Ready, in lifecycle order.
-// The per-Service grant stage joins when it is implemented; until then a grant that is
-// not applied only means less access.
 var GatingConditions = []string{
 	ValidCondition,
 	ProvisionedCondition,
 	PodSecurityCondition,
 	AdmissionCondition,
 	EgressCondition,
+	NetworkPoliciesCondition,
 	IdentitiesCondition,
 }
 
