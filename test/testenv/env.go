@@ -1,10 +1,12 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -29,6 +31,10 @@ type Cluster struct {
 	// etcdDir is etcd's data directory, owned here so etcd can be stopped and started
 	// again with its data (envtest deletes a directory it created on every stop).
 	etcdDir string
+	// mu orders a test's etcd faults against a provider stopping the whole cluster from
+	// its own goroutine (a plane torn down while its etcd is being restarted).
+	mu      sync.Mutex
+	stopped bool
 }
 
 // Stop stops the apiserver and etcd and removes their data.
@@ -36,6 +42,12 @@ func (c *Cluster) Stop() error {
 	if c == nil || c.Env == nil {
 		return nil
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil
+	}
+	c.stopped = true
 	err := c.Env.Stop()
 	if c.etcdDir != "" {
 		_ = os.RemoveAll(c.etcdDir)
@@ -43,12 +55,29 @@ func (c *Cluster) Stop() error {
 	return err
 }
 
+// ErrStopped is returned by etcd faults on a cluster already stopped as a whole.
+var ErrStopped = errors.New("testenv: the cluster is stopped")
+
 // StopEtcd stops the cluster's etcd while its apiserver keeps running, as when a
 // datastore dies: the apiserver still answers /version, but nothing that needs storage.
-func (c *Cluster) StopEtcd() error { return c.Env.ControlPlane.Etcd.Stop() }
+func (c *Cluster) StopEtcd() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return ErrStopped
+	}
+	return c.Env.ControlPlane.Etcd.Stop()
+}
 
 // StartEtcd starts the cluster's etcd again, on the same address, with its data.
-func (c *Cluster) StartEtcd() error { return c.Env.ControlPlane.Etcd.Start() }
+func (c *Cluster) StartEtcd() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return ErrStopped
+	}
+	return c.Env.ControlPlane.Etcd.Start()
+}
 
 // ManagementOptions shape the management cluster.
 type ManagementOptions struct {
