@@ -126,10 +126,7 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		Watches(&kamajiv1alpha1.TenantControlPlane{}, handler.EnqueueRequestsFromMapFunc(r.planesOfInfraNamespace)).
 		// A Service that opts in or out (or goes) changes its plane's grants.
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.planesInNamespace),
-			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-				_, ok := o.GetLabels()[cpv1.ServiceAccessLabel]
-				return ok
-			}), serviceAccessChanged{})).
+			builder.WithPredicates(serviceAccessChanged{})).
 		// A tenant namespace's labels decide which classes it may use; an infrastructure
 		// namespace in the way (not the plane's own) may be removed by a person.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.planesOfNamespace)).
