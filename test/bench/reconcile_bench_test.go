@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
@@ -28,7 +29,13 @@ import (
 // benchControllers lets each benchmark start its own manager in the one process.
 var benchControllers = config.Controller{SkipNameValidation: ptr.To(true)}
 
-func init() { ctrl.SetLogger(logr.Discard()) }
+// The operator's logs are dropped unless BENCH_LOGS is set (to look into a figure).
+func init() {
+	ctrl.SetLogger(logr.Discard())
+	if os.Getenv("BENCH_LOGS") != "" {
+		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	}
+}
 
 // requestCounter counts the operator's API requests, writes apart.
 type requestCounter struct {
