@@ -69,7 +69,10 @@ func nodeGroup(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, version,
 			"metadata": map[string]any{"labels": toAny(groupLabels)},
 			"spec":     vmObj,
 		},
-		"virtualMachineBootstrapCheck": map[string]any{"checkStrategy": "ssh"},
+		// CAPK's "ssh" check dials each VM on port 22 from its controller (and puts its key
+		// in the guest), which the VMs' ingress default deny rightly refuses: the Machine
+		// waits for its Node to join the plane instead.
+		"virtualMachineBootstrapCheck": map[string]any{"checkStrategy": "none"},
 	}}}
 	// Machine templates are immutable in CAPI: a change of content is a new name, which
 	// rolls the MachineDeployment.

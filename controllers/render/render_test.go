@@ -195,6 +195,10 @@ func TestNodeGroupRendering(t *testing.T) {
 		t.Errorf("node labels = %q", got)
 	}
 
+	// No SSH from the provider into the VMs: their ingress default deny would refuse it.
+	if got := nestedS(gp.MachineTemplate.Object, "spec", "template", "spec", "virtualMachineBootstrapCheck", "checkStrategy"); got != "none" {
+		t.Errorf("bootstrap check = %q, want none", got)
+	}
 	vm := nested(t, gp.MachineTemplate, "spec", "template", "spec", "virtualMachineTemplate", "spec")
 	if got := nestedS(vm, "template", "spec", "domain", "cpu", "cores"); got != "8" {
 		t.Errorf("cores = %s", got)
