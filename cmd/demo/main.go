@@ -204,6 +204,11 @@ func run(ctx context.Context, stay bool) error {
 		return fmt.Errorf("a placement release as another identity: %w", err)
 	}
 
+	step("A per-Service grant needs both sides: the plane asks for postgres (spec.serviceAccess); the Service appears")
+	if err := showGrants(ctx, mgmt.Client, kubectl, key); err != nil {
+		return err
+	}
+
 	step("Forcing a reconcile the Flux way")
 	stamp := fmt.Sprint(time.Now().Unix())
 	_ = kubectl("annotate", "--overwrite", "-n", "tenant-demo", "computeplane/demo", "reconcile.fluxcd.io/requestedAt="+stamp)
