@@ -69,6 +69,8 @@ type ComputePlaneReconciler struct {
 	progress map[client.ObjectKey]int
 	// grantsMem is the grant policy each plane last had applied.
 	grantsMem grantsMemory
+	// secrets is what the operator needs to bind its Secret rights per namespace.
+	secrets secretAccess
 }
 
 // SetupOptions are the manager flags that shape the controller.

@@ -98,6 +98,11 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
 
+	// The applier Secret is gone (revoked in an earlier stage); so goes the operator's
+	// right on Secrets in the tenant namespace.
+	if err := r.dropSecretAccess(ctx, p.Namespace); err != nil {
+		return ctrl.Result{}, err
+	}
 	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(p, cpv1.ComputePlaneFinalizer)
 	if err := r.Patch(ctx, p, patch, client.FieldOwner(FieldOwner)); err != nil {

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -124,7 +125,9 @@ func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *sco
 		return time.Time{}, "", err
 	}
 	secret := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: ApplierSecretName(p)}, secret)
+	err := r.withSecretAccess(ctx, p.Namespace, func() error {
+		return r.APIReader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: ApplierSecretName(p)}, secret)
+	})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return time.Time{}, "", err
 	}
@@ -163,11 +166,12 @@ func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *sco
 	if err := controllerutil.SetControllerReference(p, secret, r.Scheme()); err != nil {
 		return time.Time{}, "", err
 	}
-	if exists {
-		err = r.Update(ctx, secret)
-	} else {
-		err = r.Create(ctx, secret)
-	}
+	err = r.withSecretAccess(ctx, p.Namespace, func() error {
+		if exists {
+			return r.Update(ctx, secret)
+		}
+		return r.Create(ctx, secret)
+	})
 	if err != nil {
 		return time.Time{}, "", err
 	}
@@ -188,12 +192,16 @@ func (r *ComputePlaneReconciler) revokeApplierCredential(ctx context.Context, s 
 	p := s.plane
 	var revoked []string
 	secret := &corev1.Secret{}
-	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: ApplierSecretName(p)}, secret); {
+	switch err := r.withSecretAccess(ctx, p.Namespace, func() error {
+		return r.APIReader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: ApplierSecretName(p)}, secret)
+	}); {
 	case apierrors.IsNotFound(err):
+	case errors.Is(err, errNamespaceTerminating):
+		// The Secret goes with its namespace; the token dies with the ServiceAccount below.
 	case err != nil:
 		return err
 	case metav1.IsControlledBy(secret, p):
-		if err := client.IgnoreNotFound(r.Delete(ctx, secret)); err != nil {
+		if err := r.withSecretAccess(ctx, p.Namespace, func() error { return client.IgnoreNotFound(r.Delete(ctx, secret)) }); err != nil {
 			return err
 		}
 		revoked = append(revoked, "Secret "+p.Namespace+"/"+secret.Name)

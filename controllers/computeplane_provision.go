@@ -28,7 +28,6 @@ import (
 )
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;delete
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;machinedeployments,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machinesets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=kamajicontrolplanes,verbs=get;list;watch;create;patch;delete
@@ -222,7 +221,9 @@ func (r *ComputePlaneReconciler) observeProviders(ctx context.Context, s *scope,
 		obs.kubeconfigSecret = obs.tcp.Status.KubeConfig.Admin.SecretName
 		// Read around the cache: the operator does not watch Secrets.
 		secret := &corev1.Secret{}
-		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: obs.kubeconfigSecret}, secret)
+		err := r.withSecretAccess(ctx, ns, func() error {
+			return r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: obs.kubeconfigSecret}, secret)
+		})
 		switch {
 		case apierrors.IsNotFound(err):
 			obs.kubeconfigMissing = "does not exist yet"

@@ -89,11 +89,23 @@ func run(ctx context.Context, stay bool) error {
 	}); err != nil {
 		return err
 	}
-	provider := &devprovider.Provider{Client: mgr.GetClient(), Scheme: scheme}
-	if err := provider.SetupWithManager(mgr); err != nil {
+	// The providers (Kamaji, Cluster API) are other components with their own rights: the
+	// dev provider standing in for them runs in a manager of its own, as an admin, while
+	// the operator has only the RBAC config/default gives it.
+	world, err := ctrl.NewManager(mgmt.Config, ctrl.Options{Scheme: scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		return err
+	}
+	provider := &devprovider.Provider{Client: world.GetClient(), Scheme: scheme}
+	if err := provider.SetupWithManager(world); err != nil {
 		return err
 	}
 	defer provider.Stop()
+	worldCtx, cancelWorld := context.WithCancel(ctx)
+	worldDone := make(chan error, 1)
+	go func() { worldDone <- world.Start(worldCtx) }()
+	defer func() { cancelWorld(); <-worldDone }()
 
 	mgrCtx, cancelMgr := context.WithCancel(ctx)
 	mgrDone := make(chan error, 1)

@@ -16,7 +16,6 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/netpol"
-	"github.com/cozystack/computeplane/test/devprovider"
 )
 
 // BenchmarkGrantsGeneration times the pure generation of a plane's grant policy.
@@ -55,10 +54,7 @@ func benchmarkGrantsApply(b *testing.B, n int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	op := newOperator(b, ctx, nil)
-	provider := &devprovider.Provider{Client: op.mgr.GetClient(), Scheme: op.scheme}
-	if err := provider.SetupWithManager(op.mgr); err != nil {
-		b.Fatal(err)
-	}
+	provider := op.startProvider(b, ctx)
 	defer provider.Stop()
 	op.start(ctx)
 	c := op.mgmt.Client

@@ -23,7 +23,6 @@ import (
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/netpol"
-	"github.com/cozystack/computeplane/test/devprovider"
 )
 
 // BenchmarkHardening measures, with a real tenant apiserver per plane (the dev provider
@@ -35,10 +34,7 @@ func BenchmarkHardening(b *testing.B) {
 	defer cancel()
 	op := newOperator(b, ctx, nil)
 	scheme, mgmt := op.scheme, op.mgmt
-	provider := &devprovider.Provider{Client: op.mgr.GetClient(), Scheme: scheme}
-	if err := provider.SetupWithManager(op.mgr); err != nil {
-		b.Fatal(err)
-	}
+	provider := op.startProvider(b, ctx)
 	defer provider.Stop()
 	op.start(ctx)
 

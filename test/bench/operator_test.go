@@ -12,6 +12,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/test/devprovider"
 	"github.com/cozystack/computeplane/test/testenv"
 )
 
@@ -55,4 +56,21 @@ func newOperator(b *testing.B, ctx context.Context, wrap func(http.RoundTripper)
 func (o *operator) start(ctx context.Context) {
 	go func() { _ = o.mgr.Start(ctx) }()
 	o.mgr.GetCache().WaitForCacheSync(ctx)
+}
+
+// startProvider runs the dev provider (standing in for Kamaji and Cluster API, with their
+// own rights) in a manager of its own, as an admin: the operator has only its shipped RBAC.
+func (o *operator) startProvider(b *testing.B, ctx context.Context) *devprovider.Provider {
+	b.Helper()
+	world, err := ctrl.NewManager(o.mgmt.Config, ctrl.Options{Scheme: o.scheme, Controller: benchControllers,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	provider := &devprovider.Provider{Client: world.GetClient(), Scheme: o.scheme}
+	if err := provider.SetupWithManager(world); err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = world.Start(ctx) }()
+	return provider
 }

@@ -19,7 +19,10 @@ import (
 // OperatorUser is the user name the operator has on the management cluster as
 // config/default installs it (its ServiceAccount). The management-side admission
 // policies in config/policies name it; tests run the operator under the same name.
-const OperatorUser = "system:serviceaccount:computeplane-system:computeplane-controller-manager"
+const OperatorUser = "system:serviceaccount:" + OperatorNamespace + ":computeplane-controller-manager"
+
+// OperatorNamespace is where config/default installs the operator.
+const OperatorNamespace = "computeplane-system"
 
 // Cluster is one running kube-apiserver (with its etcd).
 type Cluster struct {
@@ -115,11 +118,14 @@ func StartManagement(o ManagementOptions) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := installPolicies(c.Client, filepath.Join(root, "config", "policies")); err != nil {
+	if err := installShipped(c.Client, root); err != nil {
 		_ = c.Stop()
 		return nil, err
 	}
-	user, err := env.AddUser(envtest.User{Name: OperatorUser, Groups: []string{"system:masters"}}, nil)
+	// The groups a ServiceAccount's token carries, and no more: the operator has only the
+	// RBAC config/default gives it.
+	user, err := env.AddUser(envtest.User{Name: OperatorUser, Groups: []string{
+		"system:serviceaccounts", "system:serviceaccounts:" + OperatorNamespace, "system:authenticated"}}, nil)
 	if err != nil {
 		_ = c.Stop()
 		return nil, err

@@ -5,12 +5,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/test/testenv"
 )
 
@@ -73,5 +77,65 @@ func TestShippedPoliciesNameTheOperator(t *testing.T) {
 		if ref, _, _ := unstructured.NestedString(binding.Object, "spec", "policyName"); policies[ref] == nil {
 			t.Errorf("binding %s points at %q, which config/default does not install", name, ref)
 		}
+	}
+}
+
+// TestShippedRBACHoldsNoClusterWideSecrets: config/default binds the operator no
+// cluster-wide right on Secrets; the role it binds itself per namespace is shipped under
+// the name its `bind` right names.
+func TestShippedRBACHoldsNoClusterWideSecrets(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := testenv.Render(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]*rbacv1.ClusterRole{}
+	var bindings []*rbacv1.ClusterRoleBinding
+	for _, u := range objs {
+		switch u.GetKind() {
+		case "ClusterRole":
+			r := &rbacv1.ClusterRole{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, r); err != nil {
+				t.Fatal(err)
+			}
+			roles[r.Name] = r
+		case "ClusterRoleBinding":
+			b := &rbacv1.ClusterRoleBinding{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, b); err != nil {
+				t.Fatal(err)
+			}
+			bindings = append(bindings, b)
+		}
+	}
+	bound := 0
+	for _, b := range bindings {
+		for _, s := range b.Subjects {
+			if "system:serviceaccount:"+s.Namespace+":"+s.Name != testenv.OperatorUser {
+				continue
+			}
+			bound++
+			role := roles[b.RoleRef.Name]
+			if role == nil {
+				t.Fatalf("%s binds %s, which config/default does not ship", b.Name, b.RoleRef.Name)
+			}
+			for _, rule := range role.Rules {
+				if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "*") {
+					t.Errorf("ClusterRole %s gives the operator Secrets cluster-wide: %+v", role.Name, rule)
+				}
+				if slices.Contains(rule.Verbs, "bind") && !slices.Equal(rule.ResourceNames, []string{controllers.SecretsRole}) {
+					t.Errorf("ClusterRole %s lets the operator bind more than %s: %+v", role.Name, controllers.SecretsRole, rule)
+				}
+			}
+		}
+	}
+	if bound == 0 {
+		t.Fatal("config/default binds the operator no ClusterRole")
+	}
+	secrets := roles[controllers.SecretsRole]
+	if secrets == nil || len(secrets.Rules) != 1 || !slices.Equal(secrets.Rules[0].Resources, []string{"secrets"}) {
+		t.Errorf("config/default ships no %s role of Secret rights alone: %+v", controllers.SecretsRole, secrets)
 	}
 }

@@ -1,0 +1,143 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/computeplane/controllers/render"
+)
+
+// The operator holds no cluster-wide right on Secrets. It reads a plane's admin
+// kubeconfig in the plane's infrastructure namespace and writes the applier kubeconfig in
+// its tenant namespace, and only there: on its first Secret request in such a namespace
+// (refused) it binds the shipped ClusterRole SecretsRole there to itself, a right it holds
+// as `bind` on that one role, and retries. The binding goes with the teardown.
+//
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;create;update;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=computeplane-secrets
+
+const (
+	// SecretsRole is the ClusterRole config/rbac ships with the Secret rights the
+	// operator takes, one namespace at a time.
+	SecretsRole = "computeplane-secrets"
+	// SecretsBinding names the RoleBinding that grants it in a namespace.
+	SecretsBinding = "computeplane-secrets"
+)
+
+// errNamespaceTerminating: the operator has no Secret rights in a namespace that is
+// being deleted (its binding went first) and can no longer take them; the namespace's
+// Secrets go with it.
+var errNamespaceTerminating = errors.New("the namespace is being deleted")
+
+// secretAccess knows who the operator is (for the binding's subject).
+type secretAccess struct {
+	mu      sync.Mutex
+	subject *rbacv1.Subject
+}
+
+// withSecretAccess runs op, a request on Secrets in namespace; when RBAC refuses it, it
+// binds SecretsRole to the operator there and runs op again once the binding is in force.
+func (r *ComputePlaneReconciler) withSecretAccess(ctx context.Context, namespace string, op func() error) error {
+	err := op()
+	if !apierrors.IsForbidden(err) {
+		return err
+	}
+	if gerr := r.grantSecretAccess(ctx, namespace); gerr != nil {
+		if apierrors.HasStatusCause(gerr, corev1.NamespaceTerminatingCause) {
+			return fmt.Errorf("%w: %w", errNamespaceTerminating, err)
+		}
+		return fmt.Errorf("%w (and binding %s in %s: %w)", err, SecretsRole, namespace, gerr)
+	}
+	// The authorizer sees a new binding a moment later.
+	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		err = op()
+		return !apierrors.IsForbidden(err), nil
+	})
+	return err
+}
+
+// grantSecretAccess creates (or puts back) the operator's Secret binding in namespace.
+// A RoleBinding of that name the operator did not create is never touched.
+func (r *ComputePlaneReconciler) grantSecretAccess(ctx context.Context, namespace string) error {
+	subject, err := r.operatorSubject(ctx)
+	if err != nil {
+		return err
+	}
+	want := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: SecretsBinding,
+			Labels: map[string]string{render.ManagedByLabel: render.ManagedByValue}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: SecretsRole},
+		Subjects: []rbacv1.Subject{*subject},
+	}
+	live := &rbacv1.RoleBinding{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), live); {
+	case apierrors.IsNotFound(err):
+		return r.Create(ctx, want)
+	case err != nil:
+		return err
+	case live.Labels[render.ManagedByLabel] != render.ManagedByValue:
+		return fmt.Errorf("RoleBinding %s/%s exists and was not created by the operator; the operator never overwrites it: delete or rename it", namespace, SecretsBinding)
+	case live.RoleRef != want.RoleRef: // immutable
+		if err := r.Delete(ctx, live); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		return r.Create(ctx, want)
+	case !equality.Semantic.DeepEqual(live.Subjects, want.Subjects):
+		live.Subjects = want.Subjects
+		return r.Update(ctx, live)
+	}
+	return nil
+}
+
+// dropSecretAccess removes the operator's Secret binding from namespace, if it made one.
+func (r *ComputePlaneReconciler) dropSecretAccess(ctx context.Context, namespace string) error {
+	live := &rbacv1.RoleBinding{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: SecretsBinding}, live); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	case live.Labels[render.ManagedByLabel] != render.ManagedByValue:
+		return nil
+	}
+	return client.IgnoreNotFound(r.Delete(ctx, live))
+}
+
+// operatorSubject asks the apiserver who the operator is (a SelfSubjectReview), once.
+func (r *ComputePlaneReconciler) operatorSubject(ctx context.Context) (*rbacv1.Subject, error) {
+	r.secrets.mu.Lock()
+	defer r.secrets.mu.Unlock()
+	if r.secrets.subject != nil {
+		return r.secrets.subject, nil
+	}
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := r.Create(ctx, review); err != nil {
+		return nil, fmt.Errorf("asking the apiserver who the operator is: %w", err)
+	}
+	r.secrets.subject = subjectOf(review.Status.UserInfo.Username)
+	return r.secrets.subject, nil
+}
+
+// subjectOf is the RBAC subject of a user name: a ServiceAccount's
+// (system:serviceaccount:<namespace>:<name>), or a user's.
+func subjectOf(username string) *rbacv1.Subject {
+	if rest, ok := strings.CutPrefix(username, "system:serviceaccount:"); ok {
+		if ns, name, ok := strings.Cut(rest, ":"); ok {
+			return &rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}
+		}
+	}
+	return &rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: username}
+}
