@@ -25,8 +25,8 @@ import (
 func operatorMay(t *testing.T, ctx context.Context, verb, namespace string) bool {
 	t.Helper()
 	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User:   testenv.OperatorUser,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + testenv.OperatorNamespace, "system:authenticated"},
+		User:               testenv.OperatorUser,
+		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + testenv.OperatorNamespace, "system:authenticated"},
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb, Resource: "secrets"},
 	}}
 	if err := k8s.Create(ctx, sar); err != nil {
