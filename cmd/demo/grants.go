@@ -58,7 +58,9 @@ func showGrants(ctx context.Context, c client.Client, kubectl func(...string) er
 	if err := await("a Service that has not opted in must open nothing", granted(cpv1.GrantPending, -1)); err != nil {
 		return err
 	}
-	_ = kubectl("get", "computeplane", "-n", key.Namespace, key.Name, "-o", access)
+	if err := kubectl("get", "computeplane", "-n", key.Namespace, key.Name, "-o", access); err != nil {
+		return err
+	}
 	fmt.Println("    (pending, and no grant policy: the Service's owner has not agreed)")
 
 	step("...its owner opts in: the grant policy opens exactly the Service's backends on 5432/TCP")
@@ -68,9 +70,13 @@ func showGrants(ctx context.Context, c client.Client, kubectl func(...string) er
 	if err := await("the opted-in Service was not granted", granted(cpv1.GrantGranted, 1)); err != nil {
 		return err
 	}
-	_ = kubectl("get", "computeplane", "-n", key.Namespace, key.Name, "-o", access)
-	_ = kubectl("get", "ciliumnetworkpolicy", "-n", policy.Namespace, policy.Name, "-o",
-		`jsonpath=egress: {.spec.egress}{"\n"}egressDeny: {.spec.egressDeny}{"\n"}`)
+	if err := kubectl("get", "computeplane", "-n", key.Namespace, key.Name, "-o", access); err != nil {
+		return err
+	}
+	if err := kubectl("get", "ciliumnetworkpolicy", "-n", policy.Namespace, policy.Name, "-o",
+		`jsonpath=egress: {.spec.egress}{"\n"}egressDeny: {.spec.egressDeny}{"\n"}`); err != nil {
+		return err
+	}
 
 	step("...and opts out: revoked at once")
 	if err := kubectl("label", "service", "postgres", "-n", key.Namespace, cpv1.ServiceAccessLabel+"-"); err != nil {
@@ -79,7 +85,9 @@ func showGrants(ctx context.Context, c client.Client, kubectl func(...string) er
 	if err := await("a Service that opted out must be revoked", granted(cpv1.GrantPending, -1)); err != nil {
 		return err
 	}
-	_ = kubectl("get", "computeplane", "-n", key.Namespace, key.Name, "-o", access)
+	if err := kubectl("get", "computeplane", "-n", key.Namespace, key.Name, "-o", access); err != nil {
+		return err
+	}
 	fmt.Println("    (revoked: the grant policy is gone)")
 	return nil
 }

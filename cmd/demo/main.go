@@ -158,24 +158,34 @@ func run(ctx context.Context, stay bool) error {
 	if err := watchProvisioning(ctx, mgmt.Client, key); err != nil {
 		return err
 	}
-	_ = kubectl("get", "computeplanes", "-A")
+	if err := kubectl("get", "computeplanes", "-A"); err != nil {
+		return err
+	}
 	plane := &cpv1.ComputePlane{}
 	if err := mgmt.Client.Get(ctx, key, plane); err != nil {
 		return err
 	}
 	infra := plane.Status.InfrastructureNamespace
-	_ = kubectl("get", "-n", infra,
-		"clusters.cluster.x-k8s.io,kamajicontrolplanes,tenantcontrolplanes,kubevirtclusters,kubevirtmachinetemplates,machinedeployments,helmreleases,ciliumnetworkpolicies")
-	_ = kubectl("wait", "--for=condition=Ready", "--timeout=60s", "-n", "tenant-demo", "computeplane/demo")
-	_ = kubectl("get", "computeplane", "-n", "tenant-demo", "demo", "-o",
-		`jsonpath={range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.message}{"\n"}{end}`)
+	if err := kubectl("get", "-n", infra,
+		"clusters.cluster.x-k8s.io,kamajicontrolplanes,tenantcontrolplanes,kubevirtclusters,kubevirtmachinetemplates,machinedeployments,helmreleases,ciliumnetworkpolicies"); err != nil {
+		return err
+	}
+	if err := kubectl("wait", "--for=condition=Ready", "--timeout=60s", "-n", "tenant-demo", "computeplane/demo"); err != nil {
+		return err
+	}
+	if err := kubectl("get", "computeplane", "-n", "tenant-demo", "demo", "-o",
+		`jsonpath={range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.message}{"\n"}{end}`); err != nil {
+		return err
+	}
 
 	step("Inside the plane (through its admin kubeconfig, which only the operator uses): hardened namespaces, and a privileged pod refused by the plane's own apiserver")
 	planeKubeconfig, err := adminKubeconfig(ctx, mgmt.Client, infra, filepath.Dir(kubeconfig))
 	if err != nil {
 		return err
 	}
-	_ = kubectl("--kubeconfig", planeKubeconfig, "get", "namespaces", "-L", "pod-security.kubernetes.io/enforce")
+	if err := kubectl("--kubeconfig", planeKubeconfig, "get", "namespaces", "-L", "pod-security.kubernetes.io/enforce"); err != nil {
+		return err
+	}
 	if err := refused(kubectl("--kubeconfig", planeKubeconfig, "run", "escape", "-n", "notebooks", "--image=busybox", "--dry-run=server",
 		`--overrides={"spec":{"containers":[{"name":"escape","image":"busybox","securityContext":{"privileged":true}}]}}`)); err != nil {
 		return fmt.Errorf("a privileged pod in the plane: %w", err)
@@ -194,10 +204,14 @@ func run(ctx context.Context, stay bool) error {
 	}
 
 	step("The tenant namespace holds only the plane and the least-privilege applier kubeconfig (never the admin one)")
-	_ = kubectl("get", "secrets", "-n", "tenant-demo", "-L", "reconcile.fluxcd.io/watch")
+	if err := kubectl("get", "secrets", "-n", "tenant-demo", "-L", "reconcile.fluxcd.io/watch"); err != nil {
+		return err
+	}
 
 	step("The API documents itself")
-	_ = kubectl("explain", "computeplane.spec.nodeGroups")
+	if err := kubectl("explain", "computeplane.spec.nodeGroups"); err != nil {
+		return err
+	}
 
 	step("A second plane in the same namespace is refused at admission")
 	if err := refused(kubectl("create", "--dry-run=server", "-f", filepath.Join(samples, "computeplane-second.yaml"))); err != nil {
@@ -223,7 +237,9 @@ func run(ctx context.Context, stay bool) error {
 
 	step("Forcing a reconcile the Flux way")
 	stamp := fmt.Sprint(time.Now().Unix())
-	_ = kubectl("annotate", "--overwrite", "-n", "tenant-demo", "computeplane/demo", "reconcile.fluxcd.io/requestedAt="+stamp)
+	if err := kubectl("annotate", "--overwrite", "-n", "tenant-demo", "computeplane/demo", "reconcile.fluxcd.io/requestedAt="+stamp); err != nil {
+		return err
+	}
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		p := &cpv1.ComputePlane{}
 		if err := mgmt.Client.Get(ctx, key, p); err != nil {
@@ -233,7 +249,9 @@ func run(ctx context.Context, stay bool) error {
 	}); err != nil {
 		return fmt.Errorf("the reconcile request was not acknowledged: %w", err)
 	}
-	_ = kubectl("get", "computeplane", "-n", "tenant-demo", "demo", "-o", "jsonpath={.status.lastHandledReconcileAt}{\"\\n\"}")
+	if err := kubectl("get", "computeplane", "-n", "tenant-demo", "demo", "-o", "jsonpath={.status.lastHandledReconcileAt}{\"\\n\"}"); err != nil {
+		return err
+	}
 
 	if stay {
 		step("Still running. In another shell: export KUBECONFIG=" + kubeconfig + "; Ctrl-C here to stop and clean up")

@@ -58,16 +58,7 @@ func benchmarkGrantsApply(b *testing.B, n int) {
 	defer provider.Stop()
 	op.start(ctx)
 	c := op.mgmt.Client
-	class := &cpv1.ComputePlaneClass{ObjectMeta: metav1.ObjectMeta{Name: "bench-grants"}, Spec: cpv1.ComputePlaneClassSpec{
-		AllowedNamespaces: &metav1.LabelSelector{},
-		KubernetesVersion: "v1.33.4",
-		Addons: []cpv1.SystemAddon{{Name: "cilium", Role: cpv1.AddonRoleCNI, TargetNamespace: "kube-system",
-			ChartRef: cpv1.AddonChartRef{Kind: "OCIRepository", Name: "cilium"}}},
-		PodSecurity: cpv1.PodSecurityProfile{ExemptNamespaces: []string{"kube-system"}},
-	}}
-	if err := c.Create(ctx, class); err != nil {
-		b.Fatal(err)
-	}
+	class := op.createClass(b, ctx, "bench-grants")
 	ns := "grants"
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		b.Fatal(err)

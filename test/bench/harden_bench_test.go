@@ -39,16 +39,7 @@ func BenchmarkHardening(b *testing.B) {
 	op.start(ctx)
 
 	c := mgmt.Client
-	class := &cpv1.ComputePlaneClass{ObjectMeta: metav1.ObjectMeta{Name: "bench-harden"}, Spec: cpv1.ComputePlaneClassSpec{
-		AllowedNamespaces: &metav1.LabelSelector{},
-		KubernetesVersion: "v1.33.4",
-		Addons: []cpv1.SystemAddon{{Name: "cilium", Role: cpv1.AddonRoleCNI, TargetNamespace: "kube-system",
-			ChartRef: cpv1.AddonChartRef{Kind: "OCIRepository", Name: "cilium"}}},
-		PodSecurity: cpv1.PodSecurityProfile{ExemptNamespaces: []string{"kube-system"}},
-	}}
-	if err := c.Create(ctx, class); err != nil {
-		b.Fatal(err)
-	}
+	class := op.createClass(b, ctx, "bench-harden")
 	m := metrics{}
 	defer m.report(b)
 	round := 0

@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/test/devprovider"
 	"github.com/cozystack/computeplane/test/testenv"
@@ -73,4 +75,20 @@ func (o *operator) startProvider(b *testing.B, ctx context.Context) *devprovider
 	}
 	go func() { _ = world.Start(ctx) }()
 	return provider
+}
+
+// createClass creates a class that allows every namespace, with one CNI add-on.
+func (o *operator) createClass(b *testing.B, ctx context.Context, name string) *cpv1.ComputePlaneClass {
+	b.Helper()
+	class := &cpv1.ComputePlaneClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: cpv1.ComputePlaneClassSpec{
+		AllowedNamespaces: &metav1.LabelSelector{},
+		KubernetesVersion: "v1.33.4",
+		Addons: []cpv1.SystemAddon{{Name: "cilium", Role: cpv1.AddonRoleCNI, TargetNamespace: "kube-system",
+			ChartRef: cpv1.AddonChartRef{Kind: "OCIRepository", Name: "cilium"}}},
+		PodSecurity: cpv1.PodSecurityProfile{ExemptNamespaces: []string{"kube-system"}},
+	}}
+	if err := o.mgmt.Client.Create(ctx, class); err != nil {
+		b.Fatal(err)
+	}
+	return class
 }
