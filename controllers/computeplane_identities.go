@@ -125,9 +125,8 @@ func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *sco
 		return time.Time{}, "", err
 	}
 	secret := &corev1.Secret{}
-	err := r.withSecretAccess(ctx, p.Namespace, func() error {
-		return r.APIReader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: ApplierSecretName(p)}, secret)
-	})
+	secrets := r.secretsIn(ctx, p.Namespace)
+	err := secrets.get(ApplierSecretName(p), secret)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return time.Time{}, "", err
 	}
@@ -166,12 +165,11 @@ func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *sco
 	if err := controllerutil.SetControllerReference(p, secret, r.Scheme()); err != nil {
 		return time.Time{}, "", err
 	}
-	err = r.withSecretAccess(ctx, p.Namespace, func() error {
-		if exists {
-			return r.Update(ctx, secret)
-		}
-		return r.Create(ctx, secret)
-	})
+	if exists {
+		err = secrets.update(secret)
+	} else {
+		err = secrets.create(secret)
+	}
 	if err != nil {
 		return time.Time{}, "", err
 	}
@@ -192,16 +190,15 @@ func (r *ComputePlaneReconciler) revokeApplierCredential(ctx context.Context, s 
 	p := s.plane
 	var revoked []string
 	secret := &corev1.Secret{}
-	switch err := r.withSecretAccess(ctx, p.Namespace, func() error {
-		return r.APIReader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: ApplierSecretName(p)}, secret)
-	}); {
+	secrets := r.secretsIn(ctx, p.Namespace)
+	switch err := secrets.get(ApplierSecretName(p), secret); {
 	case apierrors.IsNotFound(err):
 	case errors.Is(err, errNamespaceTerminating):
 		// The Secret goes with its namespace; the token dies with the ServiceAccount below.
 	case err != nil:
 		return err
 	case metav1.IsControlledBy(secret, p):
-		if err := r.withSecretAccess(ctx, p.Namespace, func() error { return client.IgnoreNotFound(r.Delete(ctx, secret)) }); err != nil {
+		if err := secrets.delete(secret); err != nil {
 			return err
 		}
 		revoked = append(revoked, "Secret "+p.Namespace+"/"+secret.Name)

@@ -219,11 +219,8 @@ func (r *ComputePlaneReconciler) observeProviders(ctx context.Context, s *scope,
 
 	if withKubeconfig && obs.tcp != nil && obs.tcp.Status.KubeConfig.Admin.SecretName != "" {
 		obs.kubeconfigSecret = obs.tcp.Status.KubeConfig.Admin.SecretName
-		// Read around the cache: the operator does not watch Secrets.
 		secret := &corev1.Secret{}
-		err := r.withSecretAccess(ctx, ns, func() error {
-			return r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: obs.kubeconfigSecret}, secret)
-		})
+		err := r.secretsIn(ctx, ns).get(obs.kubeconfigSecret, secret)
 		switch {
 		case apierrors.IsNotFound(err):
 			obs.kubeconfigMissing = "does not exist yet"

@@ -69,6 +69,37 @@ func (r *ComputePlaneReconciler) withSecretAccess(ctx context.Context, namespace
 	return err
 }
 
+// secretsIn is the one way the operator reaches Secrets: every request goes through
+// withSecretAccess for its namespace.
+type secretsIn struct {
+	r         *ComputePlaneReconciler
+	ctx       context.Context
+	namespace string
+}
+
+func (r *ComputePlaneReconciler) secretsIn(ctx context.Context, namespace string) secretsIn {
+	return secretsIn{r: r, ctx: ctx, namespace: namespace}
+}
+
+// get reads around the cache: the operator does not watch Secrets.
+func (c secretsIn) get(name string, secret *corev1.Secret) error {
+	return c.r.withSecretAccess(c.ctx, c.namespace, func() error {
+		return c.r.APIReader.Get(c.ctx, client.ObjectKey{Namespace: c.namespace, Name: name}, secret)
+	})
+}
+
+func (c secretsIn) create(secret *corev1.Secret) error {
+	return c.r.withSecretAccess(c.ctx, c.namespace, func() error { return c.r.Create(c.ctx, secret) })
+}
+
+func (c secretsIn) update(secret *corev1.Secret) error {
+	return c.r.withSecretAccess(c.ctx, c.namespace, func() error { return c.r.Update(c.ctx, secret) })
+}
+
+func (c secretsIn) delete(secret *corev1.Secret) error {
+	return c.r.withSecretAccess(c.ctx, c.namespace, func() error { return client.IgnoreNotFound(c.r.Delete(c.ctx, secret)) })
+}
+
 // grantSecretAccess creates (or puts back) the operator's Secret binding in namespace.
 // A RoleBinding of that name the operator did not create is never touched.
 func (r *ComputePlaneReconciler) grantSecretAccess(ctx context.Context, namespace string) error {
