@@ -5,6 +5,8 @@ SHELL := /usr/bin/env bash -o pipefail
 CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 # The pinned kube-apiserver, etcd and kubectl, built once into a cache outside the repo.
 TESTBIN = $(shell test/tools/build.sh)
+# The pinned Helm CLI (built once, like the above), for the chart.
+HELM = $(shell test/tools/helm.sh)
 IMG ?= ghcr.io/cozystack/computeplane:dev
 GO_TEST_FLAGS ?=
 
@@ -17,10 +19,11 @@ generate: ## Generate deep-copy code from the API types.
 	$(CONTROLLER_GEN) object paths=./api/...
 
 .PHONY: manifests
-manifests: ## Generate the CRDs, RBAC and webhook manifests into config/.
+manifests: ## Generate the CRDs, RBAC and webhook manifests into config/, and the chart's copy of config/default.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=manager webhook paths=./controllers/... \
 		output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
+	$(TESTBIN)/kubectl kustomize config/default > config/helm/computeplane/files/install.yaml
 
 .PHONY: testbin
 testbin: ## Build the pinned kube-apiserver, etcd and kubectl (once).
@@ -32,11 +35,11 @@ build: ## Build the manager binary into bin/.
 
 .PHONY: test
 test: ## Run every test (unit and envtest on real apiservers) with -race.
-	KUBEBUILDER_ASSETS=$(TESTBIN) go test -race -count=1 $(GO_TEST_FLAGS) ./...
+	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) go test -race -count=1 $(GO_TEST_FLAGS) ./...
 
 .PHONY: demo
 demo: ## Run the embedded default: a local management apiserver, the manager and a sample plane.
-	KUBEBUILDER_ASSETS=$(TESTBIN) go run ./cmd/demo
+	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) go run ./cmd/demo
 
 .PHONY: e2e
 e2e: ## Run placement end to end with the real Flux helm-controller (built once, see test/tools/flux.sh).
@@ -47,9 +50,14 @@ bench: ## Run the benchmarks against real apiservers and print their figures.
 	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) go test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/... ./test/e2e/...
 
 .PHONY: lint
-lint: ## Vet, check formatting and that generated files are current.
+lint: ## Vet, check formatting, lint the chart.
 	go vet ./...
 	test -z "$$(gofmt -l api cmd controllers remote netpol test)"
+	$(HELM) lint --strict config/helm/computeplane
+
+.PHONY: chart
+chart: ## Render the chart with its defaults (what `helm install` would apply).
+	$(HELM) template computeplane config/helm/computeplane --namespace computeplane-system
 
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a Docker engine).

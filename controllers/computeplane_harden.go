@@ -136,6 +136,7 @@ func (r *ComputePlaneReconciler) reportDrift(s *scope, key client.ObjectKey, sta
 		msg += fmt.Sprintf(" (drift %d in a row: something keeps changing what the operator owns; restoring in %s)", n, delay.Round(time.Millisecond))
 	}
 	r.Events.Eventf(s.plane, nil, corev1.EventTypeWarning, DriftedReason, "Drift", "%s", msg)
+	driftRepairs.WithLabelValues(stage).Inc()
 	observe()
 	return ctrl.Result{RequeueAfter: max(delay, time.Millisecond)}
 }

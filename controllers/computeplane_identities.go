@@ -173,6 +173,7 @@ func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *sco
 	if err != nil {
 		return time.Time{}, "", err
 	}
+	credentialsIssued.Inc()
 	r.Events.Eventf(p, nil, corev1.EventTypeNormal, "CredentialIssued", "Issue",
 		"Applier kubeconfig %s issued, valid until %s", secret.Name, token.ExpiresAt.UTC().Format(time.RFC3339))
 	return token.ExpiresAt, "", nil
@@ -216,6 +217,13 @@ func (r *ComputePlaneReconciler) revokeApplierCredential(ctx context.Context, s 
 		}
 	} else if len(revoked) > 0 {
 		unbound = "; the plane does not answer, so the applier's token is taken away when it does (it is useless until then)"
+	}
+	if len(revoked) > 0 {
+		reason := "GateClosed"
+		if !p.DeletionTimestamp.IsZero() {
+			reason = "Teardown"
+		}
+		credentialsRevoked.WithLabelValues(reason).Inc()
 	}
 	if len(revoked) > 0 || unbound != "" {
 		r.Events.Eventf(p, nil, corev1.EventTypeWarning, "CredentialRevoked", "Revoke",

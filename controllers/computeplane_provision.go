@@ -101,6 +101,7 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 		}
 	}
 	if len(restored) > 0 {
+		driftRepairs.WithLabelValues(cpv1.ProvisionedCondition).Add(float64(len(restored)))
 		r.Events.Eventf(p, nil, corev1.EventTypeWarning, DriftedReason, "Drift",
 			"Restored what someone changed in %s", strings.Join(restored, ", "))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +31,7 @@ var ownedConditions = append([]string{cpv1.ReadyCondition, cpv1.ReconcilingCondi
 // condition transition, and applies the owned fields only when they changed.
 func (r *ComputePlaneReconciler) patchStatus(ctx context.Context, s *scope, before *cpv1.ComputePlaneStatus, retErr error) error {
 	if s.released {
+		observeTransitions(s.plane, before, time.Now())
 		return nil
 	}
 	p := s.plane
@@ -55,6 +57,7 @@ func (r *ComputePlaneReconciler) patchStatus(ctx context.Context, s *scope, befo
 	// Only what was written is news: a failed patch is retried, and its transitions
 	// are reported then.
 	r.recordTransitions(p, before.Conditions)
+	observeTransitions(p, before, time.Now())
 	return nil
 }
 

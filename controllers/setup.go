@@ -55,6 +55,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*ComputePlaneRecon
 	if err := mgr.Add(r.Planes); err != nil {
 		return nil, err
 	}
+	fleet.use(mgr.GetClient(), r.Planes)
 	if err := r.SetupWithManager(ctx, mgr, o.Setup); err != nil {
 		return nil, err
 	}

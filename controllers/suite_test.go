@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
@@ -32,6 +31,9 @@ var (
 	k8s  client.Client
 	// reconciler is the running ComputePlane reconciler (tests look into its plane cache).
 	reconciler *controllers.ComputePlaneReconciler
+	// metricsAddr is where the manager serves /metrics, as the shipped manager does
+	// (HTTPS, authenticated and authorized by the management apiserver).
+	metricsAddr string
 )
 
 func TestMain(m *testing.M) {
@@ -54,10 +56,14 @@ func runSuite(m *testing.M) int {
 	defer func() { _ = mgmt.Stop() }()
 	k8s = mgmt.Client
 
+	if metricsAddr, err = testenv.FreeAddr(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	recoverPanic := false // a panicking reconcile fails the run instead of being logged
 	mgr, err := ctrl.NewManager(mgmt.OperatorConfig, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
+		Metrics:                controllers.MetricsServerOptions(metricsAddr, true),
 		HealthProbeBindAddress: "0",
 		WebhookServer:          mgmt.WebhookServer(),
 		Controller:             config.Controller{RecoverPanic: &recoverPanic},

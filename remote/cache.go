@@ -242,13 +242,25 @@ func (c *ClusterCache) Known(key types.NamespacedName) bool {
 	return c.entries[key] != nil
 }
 
-// Watching reports whether the plane's objects are being watched.
-func (c *ClusterCache) Watching(key types.NamespacedName) bool {
+// Connection is what the cache knows of one plane's API server.
+type Connection struct {
+	Key types.NamespacedName
+	// Up: the last probe (or request) succeeded and no later one failed.
+	Up bool
+	// Watching: the plane's informers run.
+	Watching bool
+}
+
+// Connections lists the planes the cache holds a connection to, for metrics.
+func (c *ClusterCache) Connections() []Connection {
 	c.init()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.entries[key]
-	return e != nil && e.stopWatches != nil
+	out := make([]Connection, 0, len(c.entries))
+	for key, e := range c.entries {
+		out = append(out, Connection{Key: key, Up: e.failingSince.IsZero() && !e.probedAt.IsZero(), Watching: e.stopWatches != nil})
+	}
+	return out
 }
 
 // stop stops the entry's informers; the caller holds c.mu.

@@ -203,7 +203,9 @@ func TestPlaneInformersAreScoped(t *testing.T) {
 	// The plane's informers live under the manager's context: they stop with it.
 	stopManager()
 	<-stopped
-	if pc.Watching(key) {
-		t.Error("the plane is still watched after the manager stopped")
+	for _, conn := range pc.Connections() {
+		if conn.Watching {
+			t.Error("the plane is still watched after the manager stopped")
+		}
 	}
 }

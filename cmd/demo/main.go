@@ -6,11 +6,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -25,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -44,7 +43,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *stay); err != nil && !errors.Is(err, context.Canceled) {
+	if err := run(ctx, *stay, *verbose); err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -59,10 +58,10 @@ func logLevel(verbose bool) zapcore.Level {
 	return zapcore.DPanicLevel
 }
 
-func run(ctx context.Context, stay bool) error {
-	step("Starting a management kube-apiserver and etcd (with the ComputePlane, Cluster API, Kamaji, CAPK, Cilium and Flux CRDs)")
+func run(ctx context.Context, stay, verbose bool) error {
+	step("Starting a management kube-apiserver and etcd (with the Cluster API, Kamaji, CAPK, Cilium and Flux CRDs)")
 	scheme := controllers.NewScheme()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Webhooks: true})
+	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Bare: true})
 	if err != nil {
 		return err
 	}
@@ -70,28 +69,51 @@ func run(ctx context.Context, stay bool) error {
 		step("Stopping the apiservers")
 		_ = mgmt.Stop()
 	}()
-
-	mgr, err := ctrl.NewManager(mgmt.OperatorConfig, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		WebhookServer:          mgmt.WebhookServer(),
-	})
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		return err
 	}
-	if _, err := controllers.Setup(ctx, mgr, controllers.Options{
-		Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
-		RequeueInterval:       5 * time.Second,
-		PlaneTimeout:          5 * time.Second,
-		PlaneUnreachableGrace: 10 * time.Second,
-		Webhooks:              true,
-	}); err != nil {
+
+	kubeconfig, cleanup, err := writeKubeconfig(mgmt)
+	if err != nil {
 		return err
 	}
+	defer cleanup()
+	kubectlBin := filepath.Join(mgmt.Env.BinaryAssetsDirectory, "kubectl")
+	kubectl := func(args ...string) error {
+		fmt.Printf("\n$ kubectl %s\n", join(args))
+		cmd := exec.CommandContext(ctx, kubectlBin, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+		return cmd.Run()
+	}
+	kubectlStdin := func(stdin string, args ...string) error {
+		fmt.Printf("\n$ echo '%s' | kubectl %s\n", stdin, join(args))
+		cmd := exec.CommandContext(ctx, kubectlBin, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		cmd.Stdin = strings.NewReader(stdin)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+		return cmd.Run()
+	}
+	// For a stream the walkthrough already printed the command of.
+	kubectlPiped := func(stdin []byte, args ...string) error {
+		cmd := exec.CommandContext(ctx, kubectlBin, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		cmd.Stdin = bytes.NewReader(stdin)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+		return cmd.Run()
+	}
+
+	step("Installing the operator from its Helm chart (config/helm/computeplane, which renders exactly config/default)")
+	op, err := installOperator(ctx, mgmt, root, kubectl, kubectlPiped, verbose)
+	if err != nil {
+		return err
+	}
+	defer op.stop()
+
 	// The providers (Kamaji, Cluster API) are other components with their own rights: the
 	// dev provider standing in for them runs in a manager of its own, as an admin, while
-	// the operator has only the RBAC config/default gives it.
+	// the operator has only the RBAC the chart gives it.
 	world, err := ctrl.NewManager(mgmt.Config, ctrl.Options{Scheme: scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	if err != nil {
@@ -106,43 +128,11 @@ func run(ctx context.Context, stay bool) error {
 	worldDone := make(chan error, 1)
 	go func() { worldDone <- world.Start(worldCtx) }()
 	defer func() { cancelWorld(); <-worldDone }()
-
-	mgrCtx, cancelMgr := context.WithCancel(ctx)
-	mgrDone := make(chan error, 1)
-	go func() { mgrDone <- mgr.Start(mgrCtx) }()
-	defer func() { cancelMgr(); <-mgrDone }()
-	started := mgr.GetWebhookServer().StartedChecker()
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true,
-		func(context.Context) (bool, error) { return started(&http.Request{}) == nil, nil }); err != nil {
-		return fmt.Errorf("the webhook server did not start: %w", err)
-	}
-	step("The operator is running (controllers and admission webhook)")
-
-	kubeconfig, cleanup, err := writeKubeconfig(mgmt)
-	if err != nil {
+	step("The operator is running (controllers and admission webhook) as its ServiceAccount, with the chart's RBAC; the Deployment itself has no pods: no kubelet here")
+	if err := kubectl("get", "deployment,serviceaccount,secret,poddisruptionbudget", "-n", operatorNS); err != nil {
 		return err
 	}
-	defer cleanup()
-	kubectl := func(args ...string) error {
-		fmt.Printf("\n$ kubectl %s\n", join(args))
-		cmd := exec.CommandContext(ctx, filepath.Join(mgmt.Env.BinaryAssetsDirectory, "kubectl"), args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
-		return cmd.Run()
-	}
-	kubectlStdin := func(stdin string, args ...string) error {
-		fmt.Printf("\n$ echo '%s' | kubectl %s\n", stdin, join(args))
-		cmd := exec.CommandContext(ctx, filepath.Join(mgmt.Env.BinaryAssetsDirectory, "kubectl"), args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-		cmd.Stdin = strings.NewReader(stdin)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
-		return cmd.Run()
-	}
 
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		return err
-	}
 	samples := filepath.Join(root, "config", "samples")
 	if err := kubectl("apply", "--server-side", "-f", filepath.Join(samples, "tenant-namespace.yaml")); err != nil {
 		return err

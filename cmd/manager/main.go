@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -23,11 +22,14 @@ func main() {
 	var (
 		metricsAddr, probeAddr, leaderNS, certDir string
 		leaderElect, webhooks, reconcileRequests  bool
+		secureMetrics                             bool
 		concurrent, webhookPort                   int
 		requeue, minRetry, maxRetry               time.Duration
 		planeTimeout, planeGrace, tokenLifetime   time.Duration
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.BoolVar(&secureMetrics, "metrics-secure", true,
+		"Serve metrics over HTTPS to callers the management API server authenticates and authorizes (get on the /metrics non-resource URL, as the computeplane-metrics-reader ClusterRole grants).")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles.")
 	flag.StringVar(&leaderNS, "leader-election-namespace", "", "Namespace of the leader lease; empty means the pod's namespace.")
@@ -53,7 +55,7 @@ func main() {
 
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        controllers.NewScheme(),
-		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                       controllers.MetricsServerOptions(metricsAddr, secureMetrics),
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              "computeplane-operator.computeplane.cozystack.io",

@@ -3,6 +3,7 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,6 +90,10 @@ type ManagementOptions struct {
 	// Webhooks installs config/webhook and points it at a local webhook server whose
 	// host, port and certificates are in Env.WebhookInstallOptions.
 	Webhooks bool
+	// Bare starts the apiserver with the upstream CRDs only: the caller installs the
+	// operator itself from its manifests (the demo applies the rendered chart).
+	// OperatorConfig is then nil and Webhooks is ignored.
+	Bare bool
 }
 
 // StartManagement starts a management apiserver with the ComputePlane CRDs from
@@ -104,11 +109,14 @@ func StartManagement(o ManagementOptions) (*Cluster, error) {
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: os.Getenv("KUBEBUILDER_ASSETS"),
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		CRDs:                  upstream,
-		ErrorIfCRDPathMissing: true,
 		Scheme:                o.Scheme,
 	}
+	if o.Bare {
+		return start(env, o.Scheme)
+	}
+	env.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases")}
+	env.ErrorIfCRDPathMissing = true
 	if o.Webhooks {
 		env.WebhookInstallOptions = envtest.WebhookInstallOptions{
 			Paths: []string{filepath.Join(root, "config", "webhook")},
@@ -219,4 +227,15 @@ func CRDNames(crds []*apiextensionsv1.CustomResourceDefinition) []string {
 		out = append(out, c.Name)
 	}
 	return out
+}
+
+// FreeAddr returns a loopback address with a port nothing listens on, for a server
+// whose options take an address rather than a listener.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }

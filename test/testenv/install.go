@@ -32,16 +32,56 @@ var notInstalled = map[string]bool{
 // users (kubectl is the one test/tools builds, in KUBEBUILDER_ASSETS).
 func Render(root string) ([]*unstructured.Unstructured, error) {
 	kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
-	out, err := exec.Command(kubectl, "kustomize", filepath.Join(root, "config", "default")).Output()
+	return renderWith("kubectl kustomize config/default", exec.Command(kubectl, "kustomize", filepath.Join(root, "config", "default")))
+}
+
+// ChartDir is where the Helm chart lives in the repository.
+func ChartDir(root string) string { return filepath.Join(root, "config", "helm", "computeplane") }
+
+// RenderChart returns the objects `helm template` renders from the chart into namespace,
+// with values set (--set key=value).
+func RenderChart(root, namespace string, set ...string) ([]*unstructured.Unstructured, error) {
+	helm, err := Helm(root)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"template", "computeplane", ChartDir(root), "--namespace", namespace}
+	for _, kv := range set {
+		args = append(args, "--set", kv)
+	}
+	return renderWith("helm template", exec.Command(helm, args...))
+}
+
+// Helm returns the pinned Helm CLI: $HELM (as the Makefile sets it), or the one
+// test/tools/helm.sh builds (once) and caches.
+func Helm(root string) (string, error) {
+	if h := os.Getenv("HELM"); h != "" {
+		return h, nil
+	}
+	out, err := exec.Command(filepath.Join(root, "test", "tools", "helm.sh")).Output()
+	if err != nil {
+		return "", fmt.Errorf("test/tools/helm.sh: %w", err)
+	}
+	return string(bytes.TrimSpace(out)), nil
+}
+
+func renderWith(what string, cmd *exec.Cmd) ([]*unstructured.Unstructured, error) {
+	out, err := cmd.Output()
 	if err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
-			return nil, fmt.Errorf("kubectl kustomize config/default: %w: %s", err, exit.Stderr)
+			return nil, fmt.Errorf("%s: %w: %s", what, err, exit.Stderr)
 		}
-		return nil, fmt.Errorf("kubectl kustomize config/default: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
+	return ParseObjects(out)
+}
+
+// ParseObjects splits a multi-document YAML stream into objects (empty documents
+// skipped).
+func ParseObjects(data []byte) ([]*unstructured.Unstructured, error) {
 	var objs []*unstructured.Unstructured
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for {
 		doc, err := reader.Read()
 		if errors.Is(err, io.EOF) {
@@ -56,6 +96,9 @@ func Render(root string) ([]*unstructured.Unstructured, error) {
 		u := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
 			return nil, err
+		}
+		if len(u.Object) == 0 {
+			continue
 		}
 		objs = append(objs, u)
 	}
