@@ -45,6 +45,14 @@ demo: ## Run the embedded default: a local management apiserver, the manager and
 e2e: ## Run placement end to end with the real Flux helm-controller (built once, see test/tools/flux.sh).
 	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) go test -race -count=1 -v -timeout 20m ./test/e2e/...
 
+.PHONY: kind-e2e
+kind-e2e: ## Run the kind end-to-end path: real Kamaji/KubeVirt/CAPI/Flux, the Helm chart, one plane (needs Docker; about an hour).
+	COMPUTEPLANE_KIND_E2E=1 go test -count=1 -v -timeout 150m -run '^TestKind$$' ./test/e2e/kind/
+
+.PHONY: kind-e2e-check
+kind-e2e-check: ## Statically check the kind end-to-end path (bash -n, shellcheck, its plan, go vet); no Docker needed.
+	bash test/e2e/kind/check.sh
+
 .PHONY: bench
 bench: ## Run the benchmarks against real apiservers and print their figures.
 	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) go test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/... ./test/e2e/...

@@ -9,8 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -31,7 +29,6 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
@@ -180,29 +177,14 @@ func TestAttackTenantStripsFinalizer(t *testing.T) {
 	}
 }
 
-// tenantUser binds user to the shipped tenant roles (config/rbac/tenant_roles.yaml, as
-// a real cluster aggregates them into admin and edit) in namespace and returns a client
-// acting as that user.
+// tenantUser binds user to the tenant roles config/default installs
+// (config/rbac/tenant_roles.yaml, which a real cluster also aggregates into admin and
+// edit) in namespace and returns a client acting as that user.
 func tenantUser(t *testing.T, ctx context.Context, namespace, user string) client.Client {
 	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "tenant_roles.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		role := &rbacv1.ClusterRole{}
-		if err := yaml.Unmarshal([]byte(doc), role); err != nil {
-			t.Fatal(err)
-		}
-		if err := k8s.Create(ctx, role); client.IgnoreAlreadyExists(err) != nil {
-			t.Fatal(err)
-		}
-		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: user + "-" + role.Name},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+	for _, role := range []string{"computeplane-tenant-edit", "computeplane-tenant-view"} {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: user + "-" + role},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
 		if err := k8s.Create(ctx, rb); err != nil {
 			t.Fatal(err)

@@ -337,7 +337,7 @@ func provisioningResult(o *providerObservation) stageResult {
 	if o.cluster == nil {
 		return stageFalse(WaitingForInfrastructureReason, "Cluster API has not picked up the Cluster yet")
 	}
-	if c := findCondition(o.cluster.Status.Conditions, clusterv1.ClusterInfrastructureReadyCondition); c == nil || c.Status != metav1.ConditionTrue {
+	if c := apimeta.FindStatusCondition(o.cluster.Status.Conditions, clusterv1.ClusterInfrastructureReadyCondition); c == nil || c.Status != metav1.ConditionTrue {
 		return stageFalse(WaitingForInfrastructureReason, "KubevirtCluster %s is not ready%s", o.cluster.Name, detail(c))
 	}
 	if o.tcp == nil {
@@ -350,7 +350,7 @@ func provisioningResult(o *providerObservation) stageResult {
 		}
 		return stageFalse(WaitingForControlPlaneReason, "TenantControlPlane %s is %s", o.tcp.Name, phase)
 	}
-	if c := findCondition(o.cluster.Status.Conditions, clusterv1.ClusterControlPlaneInitializedCondition); c == nil || c.Status != metav1.ConditionTrue {
+	if c := apimeta.FindStatusCondition(o.cluster.Status.Conditions, clusterv1.ClusterControlPlaneInitializedCondition); c == nil || c.Status != metav1.ConditionTrue {
 		return stageFalse(WaitingForControlPlaneReason, "Cluster API does not report the control plane of Cluster %s initialized yet%s", o.cluster.Name, detail(c))
 	}
 	if o.kubeconfigSecret == "" {
@@ -401,15 +401,6 @@ func nodeGroupSummary(mds []clusterv1.MachineDeployment) string {
 		parts = append(parts, fmt.Sprintf("%s %d available (%s)", md.Labels[render.NodeGroupLabel], available, size))
 	}
 	return "node groups: " + strings.Join(parts, ", ")
-}
-
-func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
 }
 
 func detail(c *metav1.Condition) string {

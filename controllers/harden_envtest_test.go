@@ -69,15 +69,7 @@ func provideWithTenant(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, 
 // operatorClient talks to the plane with the admin kubeconfig the operator uses.
 func operatorClient(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) client.Client {
 	t.Helper()
-	secret := &corev1.Secret{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: infraOf(p), Name: p.Name + "-admin-kubeconfig"}, secret); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data["super-admin.svc"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: k8s.Scheme()})
+	c, err := testenv.PlaneAdminClient(ctx, k8s, infraOf(p), p.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,362 +221,398 @@ func TestHardeningOnARealPlane(t *testing.T) {
 	eventually(t, settle, conditionIs(ctx, key, cpv1.EgressCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 
-	// The egress baseline is in the infrastructure namespace, accepted by the real Cilium
-	// schema, and comes back when deleted.
-	cnp := &ciliumv2.CiliumNetworkPolicy{}
-	cnpKey := client.ObjectKey{Namespace: infraOf(p), Name: netpol.BaselineName(p.Name, string(p.UID))}
-	if err := k8s.Get(ctx, cnpKey, cnp); err != nil {
-		t.Fatal(err)
-	}
-	if len(cnp.Spec.EgressDeny) != 2 || cnp.Spec.EgressDeny[0].ToEntities[0] != "kube-apiserver" || cnp.Spec.EgressDeny[1].ToCIDR[0] != "169.254.0.0/16" {
-		t.Errorf("baseline egressDeny = %+v", cnp.Spec.EgressDeny)
-	}
-	cnpUID := cnp.UID
-	if err := k8s.Delete(ctx, cnp); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, settle, func() error {
-		if err := k8s.Get(ctx, cnpKey, cnp); err != nil {
-			return err
-		}
-		if cnp.UID == cnpUID {
-			return errors.New("baseline not recreated yet")
-		}
-		return nil
-	})
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+	// Shared by the subtests, which run in order against the one plane.
+	var (
+		tc            = tenant.Client
+		operator      = operatorClient(t, ctx, p)
+		secretKey     = client.ObjectKey{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}
+		applierSecret = &corev1.Secret{}
+	)
 
-	tc := tenant.Client
-	operator := operatorClient(t, ctx, p)
-	for _, name := range []string{p.Namespace, "notebooks"} {
-		ns := &corev1.Namespace{}
-		if err := tc.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
-			t.Fatalf("placement namespace %s not created in the plane: %v", name, err)
-		}
-		if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" || ns.Labels[cpv1.PlaneNameLabel] != "plane" {
-			t.Errorf("placement namespace %s labels = %v", name, ns.Labels)
-		}
-		if err := tc.Get(ctx, client.ObjectKey{Namespace: name, Name: "computeplane"}, &corev1.ResourceQuota{}); err != nil {
-			t.Errorf("no ResourceQuota in %s: %v", name, err)
-		}
-		if err := tc.Get(ctx, client.ObjectKey{Namespace: name, Name: "computeplane"}, &corev1.LimitRange{}); err != nil {
-			t.Errorf("no LimitRange in %s: %v", name, err)
-		}
-	}
-	for name, level := range map[string]string{"default": "restricted", "kube-system": "privileged"} {
-		ns := &corev1.Namespace{}
-		if err := tc.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+	t.Run("egress baseline in the infrastructure namespace, restored when deleted", func(t *testing.T) {
+		// The egress baseline is in the infrastructure namespace, accepted by the real Cilium
+		// schema, and comes back when deleted.
+		cnp := &ciliumv2.CiliumNetworkPolicy{}
+		cnpKey := client.ObjectKey{Namespace: infraOf(p), Name: netpol.BaselineName(p.Name, string(p.UID))}
+		if err := k8s.Get(ctx, cnpKey, cnp); err != nil {
 			t.Fatal(err)
 		}
-		if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != level {
-			t.Errorf("namespace %s enforce = %q, want %q", name, got, level)
+		if len(cnp.Spec.EgressDeny) != 2 || cnp.Spec.EgressDeny[0].ToEntities[0] != "kube-apiserver" || cnp.Spec.EgressDeny[1].ToCIDR[0] != "169.254.0.0/16" {
+			t.Errorf("baseline egressDeny = %+v", cnp.Spec.EgressDeny)
 		}
-	}
-
-	// The plane's own apiserver refuses dangerous pods, even from its admin.
-	pod := func(name string, mut func(*corev1.Pod)) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "notebooks", Name: name},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
-		mut(p)
-		return p
-	}
-	denied(t, tc.Create(ctx, pod("privileged", func(p *corev1.Pod) {
-		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
-	})), "privileged")
-	denied(t, tc.Create(ctx, pod("hostpath", func(p *corev1.Pod) {
-		p.Spec.Volumes = []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
-	})), "hostPath")
-
-	// A non-operator identity with full RBAC cannot relabel, expose or re-wire admission.
-	mallory := asUser(t, tenant, "mallory")
-	ns := &corev1.Namespace{}
-	if err := mallory.Get(ctx, client.ObjectKey{Name: "notebooks"}, ns); err != nil {
-		t.Fatal(err)
-	}
-	eventuallyDenied(t, func() error {
-		relabel := ns.DeepCopy()
-		relabel.Labels["pod-security.kubernetes.io/enforce"] = "privileged"
-		return mallory.Patch(ctx, relabel, client.MergeFrom(ns), client.DryRunAll)
-	}, "owned by the operator")
-	eventuallyDenied(t, func() error {
-		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "notebooks", Name: "exposed"},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 80}}}}
-		return mallory.Create(ctx, svc, client.DryRunAll)
-	}, "NodePort and LoadBalancer Services are not allowed")
-	eventuallyDenied(t, func() error {
-		hook := &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "sidecar-injector"},
-			Webhooks: []admissionv1.MutatingWebhook{{Name: "inject.example.com", SideEffects: ptr.To(admissionv1.SideEffectClassNone),
-				AdmissionReviewVersions: []string{"v1"},
-				ClientConfig:            admissionv1.WebhookClientConfig{URL: ptr.To("https://example.com/inject")}}}}
-		return mallory.Create(ctx, hook, client.DryRunAll)
-	}, "admission configuration and API registration of a ComputePlane are owned by the operator")
-
-	// A namespace created later gets labelled.
-	if err := tc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "late"}}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, settle, func() error {
-		late := &corev1.Namespace{}
-		if err := tc.Get(ctx, client.ObjectKey{Name: "late"}, late); err != nil {
-			return err
+		cnpUID := cnp.UID
+		if err := k8s.Delete(ctx, cnp); err != nil {
+			t.Fatal(err)
 		}
-		if late.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
-			return fmt.Errorf("late namespace labels = %v", late.Labels)
-		}
-		return nil
+		eventually(t, settle, func() error {
+			if err := k8s.Get(ctx, cnpKey, cnp); err != nil {
+				return err
+			}
+			if cnp.UID == cnpUID {
+				return errors.New("baseline not recreated yet")
+			}
+			return nil
+		})
+		eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 	})
 
-	// Drift in a placement namespace: relabelled with the operator's own credential (the
-	// only one admission lets through), restored.
-	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionTrue, cpv1.SucceededReason))
-	nb := &corev1.Namespace{}
-	if err := tc.Get(ctx, client.ObjectKey{Name: "notebooks"}, nb); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(nb.DeepCopy())
-	nb.Labels["pod-security.kubernetes.io/enforce"] = "privileged"
-	if err := operator.Patch(ctx, nb, patch); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, settle, func() error {
+	t.Run("placement and system namespaces labelled, with quota and limits", func(t *testing.T) {
+		for _, name := range []string{p.Namespace, "notebooks"} {
+			ns := &corev1.Namespace{}
+			if err := tc.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+				t.Fatalf("placement namespace %s not created in the plane: %v", name, err)
+			}
+			if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" || ns.Labels[cpv1.PlaneNameLabel] != "plane" {
+				t.Errorf("placement namespace %s labels = %v", name, ns.Labels)
+			}
+			if err := tc.Get(ctx, client.ObjectKey{Namespace: name, Name: "computeplane"}, &corev1.ResourceQuota{}); err != nil {
+				t.Errorf("no ResourceQuota in %s: %v", name, err)
+			}
+			if err := tc.Get(ctx, client.ObjectKey{Namespace: name, Name: "computeplane"}, &corev1.LimitRange{}); err != nil {
+				t.Errorf("no LimitRange in %s: %v", name, err)
+			}
+		}
+		for name, level := range map[string]string{"default": "restricted", "kube-system": "privileged"} {
+			ns := &corev1.Namespace{}
+			if err := tc.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+				t.Fatal(err)
+			}
+			if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != level {
+				t.Errorf("namespace %s enforce = %q, want %q", name, got, level)
+			}
+		}
+	})
+
+	t.Run("the plane refuses dangerous pods, even from its admin", func(t *testing.T) {
+		// The plane's own apiserver refuses dangerous pods, even from its admin.
+		pod := func(name string, mut func(*corev1.Pod)) *corev1.Pod {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "notebooks", Name: name},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+			mut(p)
+			return p
+		}
+		denied(t, tc.Create(ctx, pod("privileged", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		})), "privileged")
+		denied(t, tc.Create(ctx, pod("hostpath", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		})), "hostPath")
+	})
+
+	t.Run("a non-operator identity cannot relabel, expose or re-wire admission", func(t *testing.T) {
+		// A non-operator identity with full RBAC cannot relabel, expose or re-wire admission.
+		mallory := asUser(t, tenant, "mallory")
+		ns := &corev1.Namespace{}
+		if err := mallory.Get(ctx, client.ObjectKey{Name: "notebooks"}, ns); err != nil {
+			t.Fatal(err)
+		}
+		eventuallyDenied(t, func() error {
+			relabel := ns.DeepCopy()
+			relabel.Labels["pod-security.kubernetes.io/enforce"] = "privileged"
+			return mallory.Patch(ctx, relabel, client.MergeFrom(ns), client.DryRunAll)
+		}, "owned by the operator")
+		eventuallyDenied(t, func() error {
+			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "notebooks", Name: "exposed"},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 80}}}}
+			return mallory.Create(ctx, svc, client.DryRunAll)
+		}, "NodePort and LoadBalancer Services are not allowed")
+		eventuallyDenied(t, func() error {
+			hook := &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "sidecar-injector"},
+				Webhooks: []admissionv1.MutatingWebhook{{Name: "inject.example.com", SideEffects: ptr.To(admissionv1.SideEffectClassNone),
+					AdmissionReviewVersions: []string{"v1"},
+					ClientConfig:            admissionv1.WebhookClientConfig{URL: ptr.To("https://example.com/inject")}}}}
+			return mallory.Create(ctx, hook, client.DryRunAll)
+		}, "admission configuration and API registration of a ComputePlane are owned by the operator")
+	})
+
+	t.Run("a namespace created later is labelled", func(t *testing.T) {
+		// A namespace created later gets labelled.
+		if err := tc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "late"}}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, settle, func() error {
+			late := &corev1.Namespace{}
+			if err := tc.Get(ctx, client.ObjectKey{Name: "late"}, late); err != nil {
+				return err
+			}
+			if late.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+				return fmt.Errorf("late namespace labels = %v", late.Labels)
+			}
+			return nil
+		})
+	})
+
+	t.Run("a relabelled placement namespace is restored", func(t *testing.T) {
+		// Drift in a placement namespace: relabelled with the operator's own credential (the
+		// only one admission lets through), restored.
+		eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+		nb := &corev1.Namespace{}
 		if err := tc.Get(ctx, client.ObjectKey{Name: "notebooks"}, nb); err != nil {
-			return err
+			t.Fatal(err)
 		}
-		if got := nb.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
-			return fmt.Errorf("placement namespace enforce = %q", got)
+		patch := client.MergeFrom(nb.DeepCopy())
+		nb.Labels["pod-security.kubernetes.io/enforce"] = "privileged"
+		if err := operator.Patch(ctx, nb, patch); err != nil {
+			t.Fatal(err)
 		}
-		return nil
+		eventually(t, settle, func() error {
+			if err := tc.Get(ctx, client.ObjectKey{Name: "notebooks"}, nb); err != nil {
+				return err
+			}
+			if got := nb.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
+				return fmt.Errorf("placement namespace enforce = %q", got)
+			}
+			return nil
+		})
 	})
 
-	// Drift: the operator's own credential deletes a policy; it is reported and restored.
-	// (First let the plane settle from the late namespace.)
-	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionTrue, cpv1.SucceededReason))
-	vap := &admissionv1.ValidatingAdmissionPolicy{}
-	if err := tc.Get(ctx, client.ObjectKey{Name: "computeplane-pod-hardening"}, vap); err != nil {
-		t.Fatal(err)
-	}
-	oldUID := vap.UID
-	settled := &cpv1.ComputePlane{}
-	if err := k8s.Get(ctx, key, settled); err != nil {
-		t.Fatal(err)
-	}
-	before := apimeta.FindStatusCondition(settled.Status.Conditions, cpv1.AdmissionCondition).LastTransitionTime
-	readyBefore := apimeta.FindStatusCondition(settled.Status.Conditions, cpv1.ReadyCondition).LastTransitionTime
-	time.Sleep(time.Second) // transition times have a one-second resolution
-	if err := tc.Delete(ctx, vap); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, settle, func() error {
+	t.Run("a deleted admission policy is reported and restored", func(t *testing.T) {
+		// Drift: the operator's own credential deletes a policy; it is reported and restored.
+		// (First let the plane settle from the late namespace.)
+		eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+		vap := &admissionv1.ValidatingAdmissionPolicy{}
 		if err := tc.Get(ctx, client.ObjectKey{Name: "computeplane-pod-hardening"}, vap); err != nil {
-			return err
+			t.Fatal(err)
 		}
-		if vap.UID == oldUID {
-			return errors.New("not recreated yet")
+		oldUID := vap.UID
+		settled := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, key, settled); err != nil {
+			t.Fatal(err)
 		}
-		return nil
+		before := apimeta.FindStatusCondition(settled.Status.Conditions, cpv1.AdmissionCondition).LastTransitionTime
+		readyBefore := apimeta.FindStatusCondition(settled.Status.Conditions, cpv1.ReadyCondition).LastTransitionTime
+		time.Sleep(time.Second) // transition times have a one-second resolution
+		if err := tc.Delete(ctx, vap); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, settle, func() error {
+			if err := tc.Get(ctx, client.ObjectKey{Name: "computeplane-pod-hardening"}, vap); err != nil {
+				return err
+			}
+			if vap.UID == oldUID {
+				return errors.New("not recreated yet")
+			}
+			return nil
+		})
+		// It went False (Drifted) and back: the condition's transition time moved.
+		eventually(t, settle, func() error {
+			got := &cpv1.ComputePlane{}
+			if err := k8s.Get(ctx, key, got); err != nil {
+				return err
+			}
+			c := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.AdmissionCondition)
+			if c.Status != metav1.ConditionTrue || !c.LastTransitionTime.After(before.Time) {
+				return fmt.Errorf("AdmissionPoliciesReady = %s since %s, want True again after the drift at %s", c.Status, c.LastTransitionTime, before)
+			}
+			ready := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReadyCondition)
+			if ready.Status != metav1.ConditionTrue || !ready.LastTransitionTime.After(readyBefore.Time) {
+				return fmt.Errorf("Ready = %s since %s, want it to have gone False and back after %s", ready.Status, ready.LastTransitionTime, readyBefore)
+			}
+			return nil
+		})
+		eventually(t, settle, conditionIs(ctx, key, cpv1.AdmissionCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 	})
-	// It went False (Drifted) and back: the condition's transition time moved.
-	eventually(t, settle, func() error {
+
+	t.Run("the admin kubeconfig never reaches the tenant namespace", func(t *testing.T) {
+		// The admin kubeconfig is referenced only by the operator's own add-on releases, and
+		// no Secret holding it exists in the tenant namespace.
+		eventually(t, settle, conditionIs(ctx, key, cpv1.IdentitiesCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+		adminSecret := &corev1.Secret{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: infraOf(p), Name: p.Name + "-admin-kubeconfig"}, adminSecret); err != nil {
+			t.Fatal(err)
+		}
+		adminCfg, err := clientcmd.RESTConfigFromKubeConfig(adminSecret.Data["super-admin.svc"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var secrets corev1.SecretList
+		if err := k8s.List(ctx, &secrets, client.InNamespace(p.Namespace)); err != nil {
+			t.Fatal(err)
+		}
+		kubeconfigs := 0
+		for _, s := range secrets.Items {
+			for _, v := range s.Data {
+				cfg, err := clientcmd.RESTConfigFromKubeConfig(v)
+				if err != nil {
+					continue
+				}
+				kubeconfigs++
+				if len(cfg.CertData) > 0 && string(cfg.CertData) == string(adminCfg.CertData) {
+					t.Errorf("Secret %s in the tenant namespace holds the admin credential", s.Name)
+				}
+			}
+		}
+		if kubeconfigs != 1 {
+			t.Errorf("the tenant namespace holds %d kubeconfigs, want exactly the applier's", kubeconfigs)
+		}
+	})
+
+	t.Run("the applier works only through the deployer, in the placement namespaces", func(t *testing.T) {
+		// Identities: the applier kubeconfig in the tenant namespace works only through the
+		// deployer, and only in the placement namespaces.
+		eventually(t, settle, conditionIs(ctx, key, cpv1.IdentitiesCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+		if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
+			t.Fatal(err)
+		}
+		if applierSecret.Labels["reconcile.fluxcd.io/watch"] != "Enabled" {
+			t.Errorf("applier Secret labels = %v", applierSecret.Labels)
+		}
+		checkApplier(t, ctx, applierSecret, p.Namespace)
+	})
+
+	t.Run("a token near its expiry is rotated in place", func(t *testing.T) {
+		// Rotation: a token nearing its expiry is replaced (the test moves the recorded
+		// expiry forward in time instead of waiting), without the Secret going away.
+		oldToken := string(applierSecret.Data["value"])
+		patchSecret := client.MergeFrom(applierSecret.DeepCopy())
+		applierSecret.Annotations[controllers.TokenExpiresAtAnnotation] = time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+		if err := k8s.Patch(ctx, applierSecret, patchSecret); err != nil {
+			t.Fatal(err)
+		}
+		requestReconcile(t, ctx, p, "rotate")
+		eventually(t, settle, func() error {
+			if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
+				return err
+			}
+			if string(applierSecret.Data["value"]) == oldToken {
+				return errors.New("token not rotated")
+			}
+			return nil
+		})
+		checkApplier(t, ctx, applierSecret, p.Namespace)
+	})
+
+	t.Run("a deleted applier ServiceAccount is recreated and the credential re-issued", func(t *testing.T) {
+		// A deleted applier ServiceAccount is recreated and the credential re-issued.
+		oldApplier := applierSecret.Annotations[controllers.ApplierUIDAnnotation]
+		if err := tc.Delete(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "computeplane-system", Name: "computeplane-applier"}}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, settle, func() error {
+			if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
+				return err
+			}
+			if applierSecret.Annotations[controllers.ApplierUIDAnnotation] == oldApplier {
+				return errors.New("credential not re-issued for the new ServiceAccount")
+			}
+			return nil
+		})
+		checkApplier(t, ctx, applierSecret, p.Namespace)
+	})
+
+	t.Run("closing the gate revokes the credential, reopening re-issues it", func(t *testing.T) {
+		// Closing the gate (here: the spec now exceeds the class) revokes the credential: the
+		// Secret goes, and so does the applier's right to impersonate in the plane. Reopening
+		// it issues a new one.
+		patchPlane := client.MergeFrom(p.DeepCopy())
+		g := p.Spec.NodeGroups["workers"]
+		g.MaxReplicas = 99
+		p.Spec.NodeGroups["workers"] = g
+		if err := k8s.Patch(ctx, p, patchPlane); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, settle, func() error {
+			if err := k8s.Get(ctx, secretKey, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("applier Secret still there (err=%v)", err)
+			}
+			err := tc.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: "computeplane-applier"}, &rbacv1.RoleBinding{})
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("applier impersonation binding still there (err=%v)", err)
+			}
+			return nil
+		})
+		patchPlane = client.MergeFrom(p.DeepCopy())
+		g.MaxReplicas = 2
+		p.Spec.NodeGroups["workers"] = g
+		if err := k8s.Patch(ctx, p, patchPlane); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+		if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
+			t.Fatal(err)
+		}
+		checkApplier(t, ctx, applierSecret, p.Namespace)
+	})
+
+	t.Run("a tenant admin sees its plane, not the admin kubeconfig", func(t *testing.T) {
+		// A tenant with admin in its namespace sees its plane, not the admin kubeconfig.
+		tenantRBAC(t, ctx, p)
+	})
+
+	t.Run("a Ready plane reconciles with no write and no event", func(t *testing.T) {
+		// A Ready plane is quiet: reconciling it again (hardening read-back, egress, identities
+		// included) writes nothing to the management cluster and emits no event.
+		counting, writes := countingClient(t)
+		recorder := events.NewFakeRecorder(10)
+		quiet := &controllers.ComputePlaneReconciler{Client: counting, APIReader: counting, Events: recorder,
+			RequeueInterval: time.Minute, TokenLifetime: time.Hour,
+			Planes: &remote.ClusterCache{Scheme: k8s.Scheme(), Timeout: 2 * time.Second, ProbeInterval: 2 * time.Second, Grace: time.Second}}
+		for i := range 2 {
+			if _, err := quiet.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+				t.Fatalf("reconcile %d of a Ready plane: %v", i, err)
+			}
+		}
+		if n := writes.Load(); n != 0 {
+			t.Errorf("reconciling a Ready plane made %d writes, want 0", n)
+		}
+		if n := len(recorder.Events); n != 0 {
+			t.Errorf("reconciling a Ready plane emitted %d events: %v", n, <-recorder.Events)
+		}
+	})
+
+	t.Run("only the operator's add-on releases reference an admin kubeconfig", func(t *testing.T) {
+		var hrs helmv2.HelmReleaseList
+		if err := k8s.List(ctx, &hrs); err != nil {
+			t.Fatal(err)
+		}
+		for _, hr := range hrs.Items {
+			// Every plane's admin kubeconfig is referenced only from its own infrastructure
+			// namespace, by the operator's add-on releases.
+			// (TenantNamespace placement keeps the add-ons in the plane's own namespace.)
+			owner := planeOfLabels(hr.Labels)
+			inPlace := hr.Namespace == infraOf(owner) || hr.Namespace == owner.Namespace
+			if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil && strings.HasSuffix(kc.SecretRef.Name, "-admin-kubeconfig") &&
+				(!inPlace || hr.Labels["computeplane.cozystack.io/addon-role"] == "") {
+				t.Errorf("HelmRelease %s/%s references the admin kubeconfig but is not an operator add-on", hr.Namespace, hr.Name)
+			}
+		}
+	})
+
+	t.Run("an unreachable plane closes the gate, with no hot loop", func(t *testing.T) {
+		// The plane's apiserver goes away: the gate closes with a reason, after the grace.
+		if err := tenant.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionFalse, controllers.PlaneUnreachableReason))
+		// The placement controller reports the closed gate after it (once).
+		eventually(t, settle, func() error {
+			p := &cpv1.ComputePlane{}
+			if err := k8s.Get(ctx, key, p); err != nil {
+				return err
+			}
+			if c := apimeta.FindStatusCondition(p.Status.Conditions, cpv1.PlacementOpenCondition); c == nil || !strings.Contains(c.Message, controllers.PlaneUnreachableReason) {
+				return fmt.Errorf("PlacementOpen = %+v", c)
+			}
+			return nil
+		})
 		got := &cpv1.ComputePlane{}
 		if err := k8s.Get(ctx, key, got); err != nil {
-			return err
+			t.Fatal(err)
 		}
-		c := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.AdmissionCondition)
-		if c.Status != metav1.ConditionTrue || !c.LastTransitionTime.After(before.Time) {
-			return fmt.Errorf("AdmissionPoliciesReady = %s since %s, want True again after the drift at %s", c.Status, c.LastTransitionTime, before)
+		if apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
+			t.Error("Ready is True while the plane is unreachable")
 		}
-		ready := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReadyCondition)
-		if ready.Status != metav1.ConditionTrue || !ready.LastTransitionTime.After(readyBefore.Time) {
-			return fmt.Errorf("Ready = %s since %s, want it to have gone False and back after %s", ready.Status, ready.LastTransitionTime, readyBefore)
-		}
-		return nil
-	})
-	eventually(t, settle, conditionIs(ctx, key, cpv1.AdmissionCondition, metav1.ConditionTrue, cpv1.SucceededReason))
-
-	// The admin kubeconfig is referenced only by the operator's own add-on releases, and
-	// no Secret holding it exists in the tenant namespace.
-	eventually(t, settle, conditionIs(ctx, key, cpv1.IdentitiesCondition, metav1.ConditionTrue, cpv1.SucceededReason))
-	adminSecret := &corev1.Secret{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: infraOf(p), Name: p.Name + "-admin-kubeconfig"}, adminSecret); err != nil {
-		t.Fatal(err)
-	}
-	adminCfg, err := clientcmd.RESTConfigFromKubeConfig(adminSecret.Data["super-admin.svc"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var secrets corev1.SecretList
-	if err := k8s.List(ctx, &secrets, client.InNamespace(p.Namespace)); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfigs := 0
-	for _, s := range secrets.Items {
-		for _, v := range s.Data {
-			cfg, err := clientcmd.RESTConfigFromKubeConfig(v)
-			if err != nil {
-				continue
-			}
-			kubeconfigs++
-			if len(cfg.CertData) > 0 && string(cfg.CertData) == string(adminCfg.CertData) {
-				t.Errorf("Secret %s in the tenant namespace holds the admin credential", s.Name)
-			}
-		}
-	}
-	if kubeconfigs != 1 {
-		t.Errorf("the tenant namespace holds %d kubeconfigs, want exactly the applier's", kubeconfigs)
-	}
-
-	// Identities: the applier kubeconfig in the tenant namespace works only through the
-	// deployer, and only in the placement namespaces.
-	eventually(t, settle, conditionIs(ctx, key, cpv1.IdentitiesCondition, metav1.ConditionTrue, cpv1.SucceededReason))
-	applierSecret := &corev1.Secret{}
-	secretKey := client.ObjectKey{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}
-	if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
-		t.Fatal(err)
-	}
-	if applierSecret.Labels["reconcile.fluxcd.io/watch"] != "Enabled" {
-		t.Errorf("applier Secret labels = %v", applierSecret.Labels)
-	}
-	checkApplier(t, ctx, applierSecret, p.Namespace)
-
-	// Rotation: a token nearing its expiry is replaced (the test moves the recorded
-	// expiry forward in time instead of waiting), without the Secret going away.
-	oldToken := string(applierSecret.Data["value"])
-	patchSecret := client.MergeFrom(applierSecret.DeepCopy())
-	applierSecret.Annotations[controllers.TokenExpiresAtAnnotation] = time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
-	if err := k8s.Patch(ctx, applierSecret, patchSecret); err != nil {
-		t.Fatal(err)
-	}
-	requestReconcile(t, ctx, p, "rotate")
-	eventually(t, settle, func() error {
-		if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
-			return err
-		}
-		if string(applierSecret.Data["value"]) == oldToken {
-			return errors.New("token not rotated")
-		}
-		return nil
-	})
-	checkApplier(t, ctx, applierSecret, p.Namespace)
-
-	// A deleted applier ServiceAccount is recreated and the credential re-issued.
-	oldApplier := applierSecret.Annotations[controllers.ApplierUIDAnnotation]
-	if err := tc.Delete(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "computeplane-system", Name: "computeplane-applier"}}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, settle, func() error {
-		if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
-			return err
-		}
-		if applierSecret.Annotations[controllers.ApplierUIDAnnotation] == oldApplier {
-			return errors.New("credential not re-issued for the new ServiceAccount")
-		}
-		return nil
-	})
-	checkApplier(t, ctx, applierSecret, p.Namespace)
-
-	// Closing the gate (here: the spec now exceeds the class) revokes the credential: the
-	// Secret goes, and so does the applier's right to impersonate in the plane. Reopening
-	// it issues a new one.
-	patchPlane := client.MergeFrom(p.DeepCopy())
-	g := p.Spec.NodeGroups["workers"]
-	g.MaxReplicas = 99
-	p.Spec.NodeGroups["workers"] = g
-	if err := k8s.Patch(ctx, p, patchPlane); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, settle, func() error {
 		if err := k8s.Get(ctx, secretKey, &corev1.Secret{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("applier Secret still there (err=%v)", err)
+			t.Errorf("the applier credential outlived the open gate (err=%v)", err)
 		}
-		err := tc.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: "computeplane-applier"}, &rbacv1.RoleBinding{})
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("applier impersonation binding still there (err=%v)", err)
+		// No hot loop: while it stays down, the status does not churn.
+		time.Sleep(3 * time.Second)
+		later := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, key, later); err != nil {
+			t.Fatal(err)
 		}
-		return nil
+		if later.ResourceVersion != got.ResourceVersion {
+			t.Errorf("status kept changing while the plane was down: %+v", later.Status.Conditions)
+		}
 	})
-	patchPlane = client.MergeFrom(p.DeepCopy())
-	g.MaxReplicas = 2
-	p.Spec.NodeGroups["workers"] = g
-	if err := k8s.Patch(ctx, p, patchPlane); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
-	if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
-		t.Fatal(err)
-	}
-	checkApplier(t, ctx, applierSecret, p.Namespace)
-
-	// A tenant with admin in its namespace sees its plane, not the admin kubeconfig.
-	tenantRBAC(t, ctx, p)
-
-	// A Ready plane is quiet: reconciling it again (hardening read-back, egress, identities
-	// included) writes nothing to the management cluster and emits no event.
-	counting, writes := countingClient(t)
-	recorder := events.NewFakeRecorder(10)
-	quiet := &controllers.ComputePlaneReconciler{Client: counting, APIReader: counting, Events: recorder,
-		RequeueInterval: time.Minute, TokenLifetime: time.Hour,
-		Planes: &remote.ClusterCache{Scheme: k8s.Scheme(), Timeout: 2 * time.Second, ProbeInterval: 2 * time.Second, Grace: time.Second}}
-	for i := range 2 {
-		if _, err := quiet.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
-			t.Fatalf("reconcile %d of a Ready plane: %v", i, err)
-		}
-	}
-	if n := writes.Load(); n != 0 {
-		t.Errorf("reconciling a Ready plane made %d writes, want 0", n)
-	}
-	if n := len(recorder.Events); n != 0 {
-		t.Errorf("reconciling a Ready plane emitted %d events: %v", n, <-recorder.Events)
-	}
-
-	var hrs helmv2.HelmReleaseList
-	if err := k8s.List(ctx, &hrs); err != nil {
-		t.Fatal(err)
-	}
-	for _, hr := range hrs.Items {
-		// Every plane's admin kubeconfig is referenced only from its own infrastructure
-		// namespace, by the operator's add-on releases.
-		// (TenantNamespace placement keeps the add-ons in the plane's own namespace.)
-		owner := planeOfLabels(hr.Labels)
-		inPlace := hr.Namespace == infraOf(owner) || hr.Namespace == owner.Namespace
-		if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil && strings.HasSuffix(kc.SecretRef.Name, "-admin-kubeconfig") &&
-			(!inPlace || hr.Labels["computeplane.cozystack.io/addon-role"] == "") {
-			t.Errorf("HelmRelease %s/%s references the admin kubeconfig but is not an operator add-on", hr.Namespace, hr.Name)
-		}
-	}
-
-	// The plane's apiserver goes away: the gate closes with a reason, after the grace.
-	if err := tenant.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionFalse, controllers.PlaneUnreachableReason))
-	// The placement controller reports the closed gate after it (once).
-	eventually(t, settle, func() error {
-		p := &cpv1.ComputePlane{}
-		if err := k8s.Get(ctx, key, p); err != nil {
-			return err
-		}
-		if c := apimeta.FindStatusCondition(p.Status.Conditions, cpv1.PlacementOpenCondition); c == nil || !strings.Contains(c.Message, controllers.PlaneUnreachableReason) {
-			return fmt.Errorf("PlacementOpen = %+v", c)
-		}
-		return nil
-	})
-	got := &cpv1.ComputePlane{}
-	if err := k8s.Get(ctx, key, got); err != nil {
-		t.Fatal(err)
-	}
-	if apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
-		t.Error("Ready is True while the plane is unreachable")
-	}
-	if err := k8s.Get(ctx, secretKey, &corev1.Secret{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the applier credential outlived the open gate (err=%v)", err)
-	}
-	// No hot loop: while it stays down, the status does not churn.
-	time.Sleep(3 * time.Second)
-	later := &cpv1.ComputePlane{}
-	if err := k8s.Get(ctx, key, later); err != nil {
-		t.Fatal(err)
-	}
-	if later.ResourceVersion != got.ResourceVersion {
-		t.Errorf("status kept changing while the plane was down: %+v", later.Status.Conditions)
-	}
 }

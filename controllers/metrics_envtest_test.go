@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -16,6 +17,8 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
@@ -190,11 +193,28 @@ func TestMetricsMoveWithThePlane(t *testing.T) {
 	if victim == nil {
 		t.Fatal("the plane has no operator admission policy")
 	}
+	settled := &cpv1.ComputePlane{}
+	if err := k8s.Get(ctx, key, settled); err != nil {
+		t.Fatal(err)
+	}
+	readySince := apimeta.FindStatusCondition(settled.Status.Conditions, cpv1.ReadyCondition).LastTransitionTime
+	time.Sleep(time.Second) // transition times have a one-second resolution
 	if err := tenant.Client.Delete(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, settle, driftReported(ctx, p, victim.Name))
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+	// Ready went False and came back (the gate closed, the credential was re-issued).
+	eventually(t, settle, func() error {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, key, got); err != nil {
+			return err
+		}
+		ready := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReadyCondition)
+		if ready.Status != metav1.ConditionTrue || !ready.LastTransitionTime.After(readySince.Time) {
+			return fmt.Errorf("Ready = %s since %s, want True again after the drift", ready.Status, ready.LastTransitionTime)
+		}
+		return nil
+	})
 	repaired := scrape()
 	if value(repaired, "computeplane_drift_repairs_total", map[string]string{"stage": cpv1.PodSecurityCondition}) <=
 		value(ready, "computeplane_drift_repairs_total", map[string]string{"stage": cpv1.PodSecurityCondition}) {
@@ -206,6 +226,25 @@ func TestMetricsMoveWithThePlane(t *testing.T) {
 	if err := tenant.StopEtcd(); err != nil {
 		t.Fatal(err)
 	}
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			_ = tenant.StartEtcd()
+		}
+	})
+	eventually(t, settle, func() error {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, key, got); err != nil {
+			return err
+		}
+		if apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
+			return errors.New("Ready is still True with the plane's etcd stopped")
+		}
+		if err := k8s.Get(ctx, applierSecretKey(p), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the applier credential is still issued (err=%v)", err)
+		}
+		return nil
+	})
 	eventually(t, settle, func() error {
 		f := scrape()
 		if v := value(f, "computeplane_plane_connection_up", planeLabels); v != 0 {
@@ -220,6 +259,7 @@ func TestMetricsMoveWithThePlane(t *testing.T) {
 		}
 		return nil
 	})
+	restarted = true
 	if err := tenant.StartEtcd(); err != nil {
 		t.Fatal(err)
 	}

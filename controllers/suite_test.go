@@ -5,22 +5,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"testing"
 	"time"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/test/operatortest"
 	"github.com/cozystack/computeplane/test/testenv"
 )
 
@@ -60,41 +59,26 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	recoverPanic := false // a panicking reconcile fails the run instead of being logged
-	mgr, err := ctrl.NewManager(mgmt.OperatorConfig, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                controllers.MetricsServerOptions(metricsAddr, true),
-		HealthProbeBindAddress: "0",
-		WebhookServer:          mgmt.WebhookServer(),
-		Controller:             config.Controller{RecoverPanic: &recoverPanic},
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	op, err := operatortest.Start(ctx, mgmt, operatortest.Options{
+		Options: controllers.Options{
+			Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 2}, ReconcileRequests: true},
+			RequeueInterval:       2 * time.Second,
+			PlaneTimeout:          2 * time.Second,
+			PlaneUnreachableGrace: 1 * time.Second,
+			Webhooks:              true,
+		},
+		MetricsAddr:  metricsAddr,
+		RecoverPanic: ptr.To(false), // a panicking reconcile fails the run instead of being logged
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if reconciler, err = controllers.Setup(ctx, mgr, controllers.Options{
-		Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 2}, ReconcileRequests: true},
-		RequeueInterval:       2 * time.Second,
-		PlaneTimeout:          2 * time.Second,
-		PlaneUnreachableGrace: 1 * time.Second,
-		Webhooks:              true,
-	}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	started := mgr.GetWebhookServer().StartedChecker()
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true,
-		func(context.Context) (bool, error) { return started(&http.Request{}) == nil, nil }); err != nil {
-		fmt.Fprintln(os.Stderr, "webhook server did not start:", err)
-		return 1
-	}
+	reconciler = op.Reconciler
 	code := m.Run()
-	cancel()
-	if err := <-done; err != nil {
+	if err := op.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "manager:", err)
 		return 1
 	}
@@ -102,20 +86,7 @@ func runSuite(m *testing.M) int {
 }
 
 // eventually polls f until it returns nil, failing the test with f's last error.
-func eventually(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+var eventually = testenv.Eventually
 
 // conditionIs returns a check that plane's condition t has status s and reason.
 func conditionIs(ctx context.Context, key client.ObjectKey, t string, s metav1.ConditionStatus, reason string) func() error {

@@ -27,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
@@ -114,20 +113,11 @@ func run(ctx context.Context, stay, verbose bool) error {
 	// The providers (Kamaji, Cluster API) are other components with their own rights: the
 	// dev provider standing in for them runs in a manager of its own, as an admin, while
 	// the operator has only the RBAC the chart gives it.
-	world, err := ctrl.NewManager(mgmt.Config, ctrl.Options{Scheme: scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	_, stopProvider, err := devprovider.Start(ctx, mgmt.Config, scheme)
 	if err != nil {
 		return err
 	}
-	provider := &devprovider.Provider{Client: world.GetClient(), Scheme: scheme}
-	if err := provider.SetupWithManager(world); err != nil {
-		return err
-	}
-	defer provider.Stop()
-	worldCtx, cancelWorld := context.WithCancel(ctx)
-	worldDone := make(chan error, 1)
-	go func() { worldDone <- world.Start(worldCtx) }()
-	defer func() { cancelWorld(); <-worldDone }()
+	defer stopProvider()
 	step("The operator is running (controllers and admission webhook) as its ServiceAccount, with the chart's RBAC; the Deployment itself has no pods: no kubelet here")
 	if err := kubectl("get", "deployment,serviceaccount,secret,poddisruptionbudget", "-n", operatorNS); err != nil {
 		return err
@@ -181,11 +171,8 @@ func run(ctx context.Context, stay, verbose bool) error {
 		return fmt.Errorf("a privileged pod in the plane: %w", err)
 	}
 
-	step("A tenant (alice, bound to the shipped tenant-edit role) cannot strip the plane's finalizer to skip its teardown")
-	if err := kubectl("apply", "--server-side", "-f", filepath.Join(root, "config", "rbac", "tenant_roles.yaml")); err != nil {
-		return err
-	}
-	if err := kubectl("create", "rolebinding", "alice", "-n", "tenant-demo", "--clusterrole=tenant-edit", "--user=alice"); err != nil {
+	step("A tenant (alice, bound to the chart's computeplane-tenant-edit role) cannot strip the plane's finalizer to skip its teardown")
+	if err := kubectl("create", "rolebinding", "alice", "-n", "tenant-demo", "--clusterrole=computeplane-tenant-edit", "--user=alice"); err != nil {
 		return err
 	}
 	if err := refused(kubectl("--as=alice", "patch", "-n", "tenant-demo", "computeplane/demo", "--type=json",

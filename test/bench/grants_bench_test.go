@@ -16,6 +16,7 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/netpol"
+	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // BenchmarkGrantsGeneration times the pure generation of a plane's grant policy.
@@ -43,20 +44,21 @@ func BenchmarkGrantsGeneration(b *testing.B) {
 func BenchmarkGrantsApply(b *testing.B) {
 	for _, n := range []int{1, 100, 1000} {
 		b.Run(fmt.Sprintf("grants=%d", n), func(b *testing.B) {
+			m := testenv.NewMeans(b)
+			defer m.Report()
 			for b.Loop() {
-				benchmarkGrantsApply(b, n)
+				benchmarkGrantsApply(b, m, n)
 			}
 		})
 	}
 }
 
-func benchmarkGrantsApply(b *testing.B, n int) {
+func benchmarkGrantsApply(b *testing.B, m *testenv.Means, n int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	op := newOperator(b, ctx, nil)
-	provider := op.startProvider(b, ctx)
-	defer provider.Stop()
-	op.start(ctx)
+	op.startProvider(b, ctx)
+	op.start(b, ctx)
 	c := op.mgmt.Client
 	class := op.createClass(b, ctx, "bench-grants")
 	ns := "grants"
@@ -72,7 +74,7 @@ func benchmarkGrantsApply(b *testing.B, n int) {
 		b.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(p)
-	until(b, ctx, func() bool { return isTrue(ctx, c, key, cpv1.ReadyCondition) })
+	until(b, func() bool { return isTrue(ctx, c, key, cpv1.ReadyCondition) })
 	for i := range n {
 		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc-" + strconv.Itoa(i),
 			Labels: map[string]string{cpv1.ServiceAccessLabel: "plane"}},
@@ -92,7 +94,7 @@ func benchmarkGrantsApply(b *testing.B, n int) {
 		}
 		return len(cnp.Spec.Egress)
 	}
-	until(b, ctx, func() bool {
+	until(b, func() bool {
 		got := &cpv1.ComputePlane{}
 		if c.Get(ctx, key, got) != nil || len(got.Status.ServiceAccess) != n {
 			return false
@@ -104,7 +106,7 @@ func benchmarkGrantsApply(b *testing.B, n int) {
 		}
 		return isTrue(ctx, c, key, cpv1.NetworkPoliciesCondition) && rules() == n
 	})
-	b.ReportMetric(float64(time.Since(optedIn).Milliseconds()), "ms-opt-ins-to-all-granted")
+	m.Add("ms-opt-ins-to-all-granted", float64(time.Since(optedIn).Milliseconds()))
 
 	svc := &corev1.Service{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "svc-0"}, svc); err != nil {
@@ -116,6 +118,6 @@ func benchmarkGrantsApply(b *testing.B, n int) {
 	if err := c.Patch(ctx, svc, patch); err != nil {
 		b.Fatal(err)
 	}
-	until(b, ctx, func() bool { return rules() == n-1 })
-	b.ReportMetric(float64(time.Since(start).Milliseconds()), "ms-opt-out-to-revoked")
+	until(b, func() bool { return rules() == n-1 })
+	m.Add("ms-opt-out-to-revoked", float64(time.Since(start).Milliseconds()))
 }

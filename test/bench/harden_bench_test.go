@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -13,16 +14,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/netpol"
+	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // BenchmarkHardening measures, with a real tenant apiserver per plane (the dev provider
@@ -33,15 +32,14 @@ func BenchmarkHardening(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	op := newOperator(b, ctx, nil)
-	scheme, mgmt := op.scheme, op.mgmt
+	mgmt := op.mgmt
 	provider := op.startProvider(b, ctx)
-	defer provider.Stop()
-	op.start(ctx)
+	op.start(b, ctx)
 
 	c := mgmt.Client
 	class := op.createClass(b, ctx, "bench-harden")
-	m := metrics{}
-	defer m.report(b)
+	m := testenv.NewMeans(b)
+	defer m.Report()
 	round := 0
 	for b.Loop() {
 		round++
@@ -57,7 +55,7 @@ func BenchmarkHardening(b *testing.B) {
 		}
 		key := client.ObjectKeyFromObject(p)
 		infra := render.InfrastructureNamespace(p, class)
-		reachable := until(b, ctx, func() bool {
+		reachable := until(b, func() bool {
 			tcp := &kamajiv1alpha1.TenantControlPlane{}
 			if c.Get(ctx, client.ObjectKey{Namespace: infra, Name: "plane"}, tcp) != nil {
 				return false
@@ -65,13 +63,13 @@ func BenchmarkHardening(b *testing.B) {
 			st := tcp.Status.Kubernetes.Version.Status
 			return st != nil && *st == kamajiv1alpha1.VersionReady
 		})
-		ready := until(b, ctx, func() bool { return isTrue(ctx, c, key, cpv1.ReadyCondition) })
-		m.add("ms-reachable-to-Ready", ready.Sub(reachable))
-		m.add("ms-create-to-Ready", ready.Sub(created))
+		ready := until(b, func() bool { return isTrue(ctx, c, key, cpv1.ReadyCondition) })
+		m.Add("ms-reachable-to-Ready", float64(ready.Sub(reachable).Milliseconds()))
+		m.Add("ms-create-to-Ready", float64(ready.Sub(created).Milliseconds()))
 
 		// Drift made with the operator's own credential: anyone else is refused by the
 		// plane's admission policies before anything drifts.
-		tenant := operatorClient(b, ctx, c, infra, scheme)
+		tenant := operatorClient(b, ctx, c, infra)
 
 		vap := &admissionv1.ValidatingAdmissionPolicy{}
 		if err := tenant.Get(ctx, client.ObjectKey{Name: "computeplane-pod-hardening"}, vap); err != nil {
@@ -82,10 +80,10 @@ func BenchmarkHardening(b *testing.B) {
 		if err := tenant.Delete(ctx, vap); err != nil {
 			b.Fatal(err)
 		}
-		restored := until(b, ctx, func() bool {
+		restored := until(b, func() bool {
 			return tenant.Get(ctx, client.ObjectKeyFromObject(vap), vap) == nil && vap.UID != uid
 		})
-		m.add("ms-policy-deleted-to-restored", restored.Sub(start))
+		m.Add("ms-policy-deleted-to-restored", float64(restored.Sub(start).Milliseconds()))
 
 		nsObj := &corev1.Namespace{}
 		if err := tenant.Get(ctx, client.ObjectKey{Name: "notebooks"}, nsObj); err != nil {
@@ -97,11 +95,11 @@ func BenchmarkHardening(b *testing.B) {
 		if err := tenant.Patch(ctx, nsObj, patch); err != nil {
 			b.Fatal(err)
 		}
-		restored = until(b, ctx, func() bool {
+		restored = until(b, func() bool {
 			return tenant.Get(ctx, client.ObjectKeyFromObject(nsObj), nsObj) == nil &&
 				nsObj.Labels["pod-security.kubernetes.io/enforce"] == "restricted"
 		})
-		m.add("ms-relabel-to-restored", restored.Sub(start))
+		m.Add("ms-relabel-to-restored", float64(restored.Sub(start).Milliseconds()))
 
 		cnp := &ciliumv2.CiliumNetworkPolicy{}
 		cnpKey := client.ObjectKey{Namespace: infra, Name: netpol.BaselineName(p.Name, string(p.UID))}
@@ -113,10 +111,10 @@ func BenchmarkHardening(b *testing.B) {
 		if err := c.Delete(ctx, cnp); err != nil {
 			b.Fatal(err)
 		}
-		restored = until(b, ctx, func() bool { return c.Get(ctx, cnpKey, cnp) == nil && cnp.UID != uid })
-		m.add("ms-baseline-deleted-to-restored", restored.Sub(start))
-		ready = until(b, ctx, func() bool { return isTrue(ctx, c, key, cpv1.ReadyCondition) })
-		m.add("ms-baseline-deleted-to-Ready", ready.Sub(start))
+		restored = until(b, func() bool { return c.Get(ctx, cnpKey, cnp) == nil && cnp.UID != uid })
+		m.Add("ms-baseline-deleted-to-restored", float64(restored.Sub(start).Milliseconds()))
+		ready = until(b, func() bool { return isTrue(ctx, c, key, cpv1.ReadyCondition) })
+		m.Add("ms-baseline-deleted-to-Ready", float64(ready.Sub(start).Milliseconds()))
 
 		// The plane's etcd dies while its apiserver stays up: the gate must close (and
 		// the applier credential go), then reopen once etcd is back.
@@ -126,62 +124,41 @@ func BenchmarkHardening(b *testing.B) {
 		if err := plane.StopEtcd(); err != nil {
 			b.Fatal(err)
 		}
-		closed := until(b, ctx, func() bool {
+		closed := until(b, func() bool {
 			return !isTrue(ctx, c, key, cpv1.ReadyCondition) && apierrors.IsNotFound(c.Get(ctx, secretKey, &corev1.Secret{}))
 		})
-		m.add("ms-etcd-stopped-to-gate-closed", closed.Sub(start))
+		m.Add("ms-etcd-stopped-to-gate-closed", float64(closed.Sub(start).Milliseconds()))
 		start = time.Now()
 		if err := plane.StartEtcd(); err != nil {
 			b.Fatal(err)
 		}
-		ready = until(b, ctx, func() bool { return isTrue(ctx, c, key, cpv1.ReadyCondition) })
-		m.add("ms-etcd-started-to-Ready", ready.Sub(start))
+		ready = until(b, func() bool { return isTrue(ctx, c, key, cpv1.ReadyCondition) })
+		m.Add("ms-etcd-started-to-Ready", float64(ready.Sub(start).Milliseconds()))
 	}
 }
 
-func operatorClient(b *testing.B, ctx context.Context, c client.Client, ns string, scheme *runtime.Scheme) client.Client {
+func operatorClient(b *testing.B, ctx context.Context, c client.Client, ns string) client.Client {
 	b.Helper()
-	secret := &corev1.Secret{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "plane-admin-kubeconfig"}, secret); err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data["super-admin.svc"])
-	if err != nil {
-		b.Fatal(err)
-	}
-	tc, err := client.New(cfg, client.Options{Scheme: scheme})
+	tc, err := testenv.PlaneAdminClient(ctx, c, ns, "plane")
 	if err != nil {
 		b.Fatal(err)
 	}
 	return tc
 }
 
-func until(b *testing.B, ctx context.Context, cond func() bool) time.Time {
+// until polls cond every 5 ms (the figures are in milliseconds) and returns when it held.
+func until(b *testing.B, cond func() bool) time.Time {
 	b.Helper()
-	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, time.Minute, true,
-		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-		b.Fatal(err)
-	}
+	testenv.Poll(b, time.Minute, 5*time.Millisecond, func() error {
+		if cond() {
+			return nil
+		}
+		return errors.New("not yet")
+	})
 	return time.Now()
 }
 
 func isTrue(ctx context.Context, c client.Client, key client.ObjectKey, t string) bool {
 	p := &cpv1.ComputePlane{}
 	return c.Get(ctx, key, p) == nil && apimeta.IsStatusConditionTrue(p.Status.Conditions, t)
-}
-
-// metrics collects each iteration's durations and reports their mean (b.ReportMetric
-// keeps only the last value it is given).
-type metrics map[string][]time.Duration
-
-func (m metrics) add(name string, d time.Duration) { m[name] = append(m[name], d) }
-
-func (m metrics) report(b *testing.B) {
-	for name, ds := range m {
-		var sum time.Duration
-		for _, d := range ds {
-			sum += d
-		}
-		b.ReportMetric(float64(sum.Milliseconds())/float64(len(ds)), name)
-	}
 }

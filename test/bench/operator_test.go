@@ -8,13 +8,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/test/devprovider"
+	"github.com/cozystack/computeplane/test/operatortest"
 	"github.com/cozystack/computeplane/test/testenv"
 )
 
@@ -23,7 +22,7 @@ import (
 type operator struct {
 	scheme *runtime.Scheme
 	mgmt   *testenv.Cluster
-	mgr    ctrl.Manager
+	op     *operatortest.Operator
 }
 
 // newOperator starts the management apiserver (stopped when the benchmark ends) and sets
@@ -36,44 +35,39 @@ func newOperator(b *testing.B, ctx context.Context, wrap func(http.RoundTripper)
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = mgmt.Stop() })
-	cfg := *mgmt.OperatorConfig
-	cfg.WrapTransport = wrap
-	mgr, err := ctrl.NewManager(&cfg, ctrl.Options{Scheme: scheme, Controller: benchControllers,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	op, err := operatortest.New(ctx, mgmt, operatortest.Options{
+		Options: controllers.Options{
+			Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
+			RequeueInterval:       30 * time.Second,
+			PlaneTimeout:          5 * time.Second,
+			PlaneUnreachableGrace: 10 * time.Second,
+		},
+		WrapTransport: wrap,
+	})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := controllers.Setup(ctx, mgr, controllers.Options{
-		Setup:                 controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
-		RequeueInterval:       30 * time.Second,
-		PlaneTimeout:          5 * time.Second,
-		PlaneUnreachableGrace: 10 * time.Second,
-	}); err != nil {
+	b.Cleanup(func() { _ = op.Stop() })
+	return &operator{scheme: scheme, mgmt: mgmt, op: op}
+}
+
+// start runs the manager and waits for its caches.
+func (o *operator) start(b *testing.B, ctx context.Context) {
+	b.Helper()
+	if err := o.op.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	return &operator{scheme: scheme, mgmt: mgmt, mgr: mgr}
 }
 
-// start runs the manager until ctx ends and waits for its caches.
-func (o *operator) start(ctx context.Context) {
-	go func() { _ = o.mgr.Start(ctx) }()
-	o.mgr.GetCache().WaitForCacheSync(ctx)
-}
-
-// startProvider runs the dev provider (standing in for Kamaji and Cluster API, with their
-// own rights) in a manager of its own, as an admin: the operator has only its shipped RBAC.
+// startProvider runs the dev provider (standing in for Kamaji and Cluster API) in a
+// manager of its own, as an admin: the operator has only its shipped RBAC.
 func (o *operator) startProvider(b *testing.B, ctx context.Context) *devprovider.Provider {
 	b.Helper()
-	world, err := ctrl.NewManager(o.mgmt.Config, ctrl.Options{Scheme: o.scheme, Controller: benchControllers,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	provider, stop, err := devprovider.Start(ctx, o.mgmt.Config, o.scheme)
 	if err != nil {
 		b.Fatal(err)
 	}
-	provider := &devprovider.Provider{Client: world.GetClient(), Scheme: o.scheme}
-	if err := provider.SetupWithManager(world); err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = world.Start(ctx) }()
+	b.Cleanup(stop)
 	return provider
 }
 

@@ -6,7 +6,6 @@ import (
 	"context"
 
 	"fmt"
-	"github.com/go-logr/logr"
 	"net/http"
 	"os"
 	"sync"
@@ -14,20 +13,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/test/testenv"
 )
-
-// benchControllers lets each benchmark start its own manager in the one process.
-var benchControllers = config.Controller{SkipNameValidation: ptr.To(true)}
 
 // The operator's logs are dropped unless BENCH_LOGS is set (to look into a figure).
 func init() {
@@ -59,7 +56,7 @@ func BenchmarkReconcileToSettled(b *testing.B) {
 	defer cancel()
 	counter := &requestCounter{}
 	op := newOperator(b, ctx, func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
-	op.start(ctx)
+	op.start(b, ctx)
 	mgmt := op.mgmt
 
 	class := &cpv1.ComputePlaneClass{
@@ -83,6 +80,8 @@ func BenchmarkReconcileToSettled(b *testing.B) {
 
 	for _, n := range []int{10, 100, 500} {
 		b.Run(fmt.Sprintf("planes=%d", n), func(b *testing.B) {
+			m := testenv.NewMeans(b)
+			defer m.Report()
 			for b.Loop() {
 				round++
 				namespaces := createNamespaces(b, ctx, mgmt.Client, round, n)
@@ -91,10 +90,10 @@ func BenchmarkReconcileToSettled(b *testing.B) {
 				keys := createPlanes(b, ctx, mgmt.Client, namespaces)
 				waitSettled(b, ctx, mgmt.Client, keys)
 				elapsed := time.Since(start)
-				b.ReportMetric(float64(elapsed.Milliseconds())/float64(n), "ms/plane")
-				b.ReportMetric(elapsed.Seconds(), "s/total")
-				b.ReportMetric(float64(counter.total.Load()-total0)/float64(n), "requests/plane")
-				b.ReportMetric(float64(counter.writes.Load()-writes0)/float64(n), "writes/plane")
+				m.Add("ms/plane", float64(elapsed.Milliseconds())/float64(n))
+				m.Add("s/total", elapsed.Seconds())
+				m.Add("requests/plane", float64(counter.total.Load()-total0)/float64(n))
+				m.Add("writes/plane", float64(counter.writes.Load()-writes0)/float64(n))
 			}
 		})
 	}

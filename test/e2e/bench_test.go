@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // operatorWrites counts every request of the operator that is not a read.
@@ -40,14 +42,16 @@ func (w *writeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 func BenchmarkPlacement(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("releases=%d", n), func(b *testing.B) {
+			m := testenv.NewMeans(b)
+			defer m.Report()
 			for b.Loop() {
-				benchmarkPlacement(b, n)
+				benchmarkPlacement(b, m, n)
 			}
 		})
 	}
 }
 
-func benchmarkPlacement(b *testing.B, n int) {
+func benchmarkPlacement(b *testing.B, m *testenv.Means, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	className := "bench-" + rand.String(6)
@@ -91,8 +95,8 @@ func benchmarkPlacement(b *testing.B, n int) {
 		got := &cpv1.ComputePlane{}
 		return k8s.Get(ctx, key, got) == nil && got.Status.Placement != nil && got.Status.Placement.Routed == int32(n)
 	})
-	b.ReportMetric(float64(time.Since(ready).Milliseconds()), "ms-Ready-to-all-routed")
-	b.ReportMetric(float64(operatorWrites.Load()-writesAtReady), "operator-writes-Ready-to-routed")
+	m.Add("ms-Ready-to-all-routed", float64(time.Since(ready).Milliseconds()))
+	m.Add("operator-writes-Ready-to-routed", float64(operatorWrites.Load()-writesAtReady))
 	waitFor(b, ctx, func() bool {
 		var hrs helmv2.HelmReleaseList
 		if k8s.List(ctx, &hrs, client.InNamespace(p.Namespace)) != nil {
@@ -106,18 +110,19 @@ func benchmarkPlacement(b *testing.B, n int) {
 		}
 		return installed == n
 	})
-	b.ReportMetric(time.Since(ready).Seconds(), "s-Ready-to-all-installed")
+	m.Add("s-Ready-to-all-installed", time.Since(ready).Seconds())
 }
 
+// waitFor polls cond until it holds, within ctx's deadline.
 func waitFor(b *testing.B, ctx context.Context, cond func() bool) {
 	b.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			b.Fatal("timed out")
-		case <-time.After(100 * time.Millisecond):
+	deadline, _ := ctx.Deadline()
+	eventually(b, time.Until(deadline), func() error {
+		if cond() {
+			return nil
 		}
-	}
+		return errors.New("not yet")
+	})
 }
 
 // BenchmarkTeardown: a Ready plane with N placement releases installed by the real
@@ -127,14 +132,16 @@ func waitFor(b *testing.B, ctx context.Context, cond func() bool) {
 func BenchmarkTeardown(b *testing.B) {
 	for _, n := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("releases=%d", n), func(b *testing.B) {
+			m := testenv.NewMeans(b)
+			defer m.Report()
 			for b.Loop() {
-				benchmarkTeardown(b, n)
+				benchmarkTeardown(b, m, n)
 			}
 		})
 	}
 }
 
-func benchmarkTeardown(b *testing.B, n int) {
+func benchmarkTeardown(b *testing.B, m *testenv.Means, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	p := newPlane(b, ctx)
@@ -169,7 +176,7 @@ func benchmarkTeardown(b *testing.B, n int) {
 		var hrs helmv2.HelmReleaseList
 		return k8s.List(ctx, &hrs, client.InNamespace(p.Namespace)) == nil && len(hrs.Items) == 0
 	})
-	b.ReportMetric(time.Since(start).Seconds(), "s-delete-to-all-uninstalled")
+	m.Add("s-delete-to-all-uninstalled", time.Since(start).Seconds())
 	waitFor(b, ctx, func() bool { return apierrors.IsNotFound(k8s.Get(ctx, key, &cpv1.ComputePlane{})) })
-	b.ReportMetric(time.Since(start).Seconds(), "s-delete-to-plane-gone")
+	m.Add("s-delete-to-plane-gone", time.Since(start).Seconds())
 }

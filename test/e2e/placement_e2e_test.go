@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,19 +29,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/test/devprovider"
+	"github.com/cozystack/computeplane/test/operatortest"
 	"github.com/cozystack/computeplane/test/testenv"
 )
 
@@ -83,21 +79,13 @@ func run(m *testing.M) int {
 	defer cancel()
 	// The dev provider runs in a manager of its own, so the operator can be restarted
 	// without taking the planes down.
-	world, err := ctrl.NewManager(mgmt.Config, ctrl.Options{Scheme: scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	var stopProvider func()
+	provider, stopProvider, err = devprovider.Start(ctx, mgmt.Config, scheme)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	provider = &devprovider.Provider{Client: world.GetClient(), Scheme: scheme}
-	if err := provider.SetupWithManager(world); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer provider.Stop()
-	worldDone := make(chan error, 1)
-	go func() { worldDone <- world.Start(ctx) }()
-	defer func() { cancel(); <-worldDone }()
+	defer stopProvider()
 	if err := startOperator(ctx, scheme); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -148,30 +136,19 @@ var (
 // a crash and a new pod would.
 func startOperator(ctx context.Context, scheme *runtime.Scheme) error {
 	operatorScheme = scheme
-	cfg := rest.CopyConfig(mgmt.OperatorConfig)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return &writeCounter{next: rt} }
-	skip := true
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", WebhookServer: mgmt.WebhookServer(),
-		// A restarted operator registers its controllers again in this process.
-		Controller: config.Controller{SkipNameValidation: &skip}})
-	if err != nil {
-		return err
+	op, err := operatortest.Start(ctx, mgmt, operatortest.Options{
+		Options: controllers.Options{
+			Setup:           controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
+			RequeueInterval: 2 * time.Second, PlaneTimeout: 2 * time.Second, PlaneUnreachableGrace: 2 * time.Second, Webhooks: true,
+		},
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper { return &writeCounter{next: rt} },
+	})
+	stopOperator = func() {
+		if op != nil {
+			_ = op.Stop()
+		}
 	}
-	if _, err := controllers.Setup(ctx, mgr, controllers.Options{
-		Setup:           controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
-		RequeueInterval: 2 * time.Second, PlaneTimeout: 2 * time.Second, PlaneUnreachableGrace: 2 * time.Second, Webhooks: true,
-	}); err != nil {
-		return err
-	}
-	opCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(opCtx) }()
-	var once sync.Once
-	stopOperator = func() { once.Do(func() { cancel(); <-done }) }
-	started := mgr.GetWebhookServer().StartedChecker()
-	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true,
-		func(context.Context) (bool, error) { return started(&http.Request{}) == nil, nil })
+	return err
 }
 
 func restartOperator(t *testing.T) {
@@ -184,19 +161,11 @@ func restartOperator(t *testing.T) {
 
 const settle = 60 * time.Second
 
-func eventually(t *testing.T, timeout time.Duration, f func() error) {
+// eventually polls f until it returns nil (every 100 ms: these suites list hundreds of
+// releases), failing the test with f's last error.
+func eventually(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Poll(t, timeout, 100*time.Millisecond, f)
 }
 
 // newPlane creates a tenant namespace and a ComputePlane in it (the dev provider brings

@@ -1,6 +1,12 @@
-// Package remote holds everything that talks to a ComputePlane's own API server: the
-// per-plane client cache with health probing, hardening, identities and drift
-// detection, and the server-side apply helper both clusters share.
+// Package remote holds everything about a ComputePlane's own API server: the per-plane
+// client cache with health probing, hardening, identities and drift detection, and the
+// server-side apply helper both clusters share.
+//
+// The files named plane_*.go do I/O: they take a client and talk to an API server (a
+// plane's, or for Apply and Verify either cluster's). The others are pure: they build
+// the objects the operator wants in a plane (posture.go, identities.go), parse and vet
+// its admin credential (admin.go), compare live objects with wanted ones (matches.go)
+// and pace drift repairs (drift.go), with table tests and no API server.
 package remote
 
 import (
