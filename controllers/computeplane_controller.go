@@ -71,6 +71,9 @@ type ComputePlaneReconciler struct {
 	grantsMem grantsMemory
 	// secrets is what the operator needs to bind its Secret rights per namespace.
 	secrets secretAccess
+	// writes keeps a reconcile from working on a cached plane older than its own last
+	// status write.
+	writes ownWrites
 }
 
 // SetupOptions are the manager flags that shape the controller.
@@ -81,8 +84,8 @@ type SetupOptions struct {
 	ReconcileRequests bool
 }
 
-// +kubebuilder:rbac:groups=computeplane.cozystack.io,resources=computeplanes,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=computeplane.cozystack.io,resources=computeplanes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=computeplane.cozystack.io,resources=computeplanes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=computeplane.cozystack.io,resources=computeplanes/status,verbs=patch
 // +kubebuilder:rbac:groups=computeplane.cozystack.io,resources=computeplanes/finalizers,verbs=update
 // +kubebuilder:rbac:groups=computeplane.cozystack.io,resources=computeplaneclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -163,8 +166,13 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			// Gone, with or without its teardown: stop talking to it.
 			r.Planes.Remove(req.NamespacedName)
 			r.recordTeardownProgress(req.NamespacedName, -1)
+			r.writes.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.writes.behind(req.NamespacedName, plane.ResourceVersion, time.Now()) {
+		// The informer has not delivered this controller's own last status write yet.
+		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 	}
 
 	if plane.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(plane, cpv1.ComputePlaneFinalizer) {

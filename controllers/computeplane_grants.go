@@ -22,7 +22,7 @@ import (
 	"github.com/cozystack/computeplane/remote"
 )
 
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=services,verbs=list;watch
 
 // reconcileGrants turns the plane's Service grants into its grant policy and reads it
 // back. A grant exists only when both sides agree: the plane asks (spec.serviceAccess,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -199,6 +201,7 @@ func TestMetricsMoveWithThePlane(t *testing.T) {
 	}
 	readySince := apimeta.FindStatusCondition(settled.Status.Conditions, cpv1.ReadyCondition).LastTransitionTime
 	time.Sleep(time.Second) // transition times have a one-second resolution
+	deletedAt := time.Now()
 	if err := tenant.Client.Delete(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +214,8 @@ func TestMetricsMoveWithThePlane(t *testing.T) {
 		}
 		ready := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReadyCondition)
 		if ready.Status != metav1.ConditionTrue || !ready.LastTransitionTime.After(readySince.Time) {
-			return fmt.Errorf("Ready = %s since %s, want True again after the drift", ready.Status, ready.LastTransitionTime)
+			return fmt.Errorf("Ready = %s since %s (was True since %s before the drift at %s), want True again after the drift; events: %s",
+				ready.Status, ready.LastTransitionTime, readySince, deletedAt.Format(time.RFC3339Nano), planeEvents(ctx, p))
 		}
 		return nil
 	})
@@ -250,9 +254,9 @@ func TestMetricsMoveWithThePlane(t *testing.T) {
 		if v := value(f, "computeplane_plane_connection_up", planeLabels); v != 0 {
 			return fmt.Errorf("computeplane_plane_connection_up = %v with the plane's etcd stopped", v)
 		}
-		if value(f, "computeplane_applier_credentials_revoked_total", map[string]string{"reason": "GateClosed"}) <=
-			value(repaired, "computeplane_applier_credentials_revoked_total", map[string]string{"reason": "GateClosed"}) {
-			return fmt.Errorf("computeplane_applier_credentials_revoked_total{reason=GateClosed} did not move")
+		if now, then := value(f, "computeplane_applier_credentials_revoked_total", map[string]string{"reason": "GateClosed"}),
+			value(repaired, "computeplane_applier_credentials_revoked_total", map[string]string{"reason": "GateClosed"}); now <= then {
+			return fmt.Errorf("computeplane_applier_credentials_revoked_total{reason=GateClosed} did not move (%v, %v); events: %s", then, now, planeEvents(ctx, p))
 		}
 		if value(f, "computeplane_planes", map[string]string{"type": cpv1.ReadyCondition, "status": "False"}) < 1 {
 			return fmt.Errorf("computeplane_planes counts no plane with Ready=False")
@@ -267,4 +271,20 @@ func TestMetricsMoveWithThePlane(t *testing.T) {
 	if v := value(scrape(), "computeplane_plane_connection_up", planeLabels); v != 1 {
 		t.Errorf("computeplane_plane_connection_up = %v after the plane recovered", v)
 	}
+}
+
+// planeEvents lists the plane's events in order, for a failure message.
+func planeEvents(ctx context.Context, p *cpv1.ComputePlane) string {
+	var evs eventsv1.EventList
+	if err := k8s.List(ctx, &evs, client.InNamespace(p.Namespace)); err != nil {
+		return err.Error()
+	}
+	sort.Slice(evs.Items, func(i, j int) bool { return evs.Items[i].EventTime.Before(&evs.Items[j].EventTime) })
+	var b strings.Builder
+	for _, e := range evs.Items {
+		if e.Regarding.UID == p.UID {
+			fmt.Fprintf(&b, "\n  %s %s %s", e.EventTime.Format(time.RFC3339Nano), e.Reason, e.Note)
+		}
+	}
+	return b.String()
 }

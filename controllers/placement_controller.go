@@ -72,7 +72,7 @@ type told struct {
 	notRouted string
 }
 
-// +kubebuilder:rbac:groups=helm.toolkit.fluxcd.io,resources=helmreleases,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=helm.toolkit.fluxcd.io,resources=helmreleases,verbs=list;watch;patch
 
 // SetupWithManager registers the controller: placement releases and ComputePlanes of a
 // namespace both wake it.

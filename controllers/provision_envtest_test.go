@@ -533,3 +533,42 @@ func TestTenantNamespacePlacement(t *testing.T) {
 		t.Errorf("teardown touched the tenant namespace (err=%v, deleting=%v)", err, !nsObj.DeletionTimestamp.IsZero())
 	}
 }
+
+// TestInfrastructureNamespaceLabelsRestored: the labels the operator renders on a plane's
+// infrastructure namespace (the Pod Security level of the VMs' pods, the links to the
+// plane) come back when someone with namespace rights changes them; the namespace is
+// patched, never recreated.
+func TestInfrastructureNamespaceLabelsRestored(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := planeWithClass(t, ctx, newClass("infra-labels-"+rand.String(6)))
+	key := client.ObjectKeyFromObject(p)
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
+	nsKey := client.ObjectKey{Name: infraOf(p)}
+	ns := &corev1.Namespace{}
+	if err := k8s.Get(ctx, nsKey, ns); err != nil {
+		t.Fatal(err)
+	}
+	want := ns.DeepCopy().Labels
+	changed := ns.DeepCopy()
+	delete(changed.Labels, cpv1.PlaneNameLabel)
+	changed.Labels["pod-security.kubernetes.io/enforce"] = "privileged"
+	if err := k8s.Update(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		got := &corev1.Namespace{}
+		if err := k8s.Get(ctx, nsKey, got); err != nil {
+			return err
+		}
+		if got.UID != ns.UID {
+			return errors.New("the namespace was recreated")
+		}
+		for k, v := range want {
+			if got.Labels[k] != v {
+				return fmt.Errorf("label %s = %q, want %q", k, got.Labels[k], v)
+			}
+		}
+		return nil
+	})
+}

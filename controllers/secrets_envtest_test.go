@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,29 @@ func TestSecretRightsOnlyWhereNeeded(t *testing.T) {
 		}
 		if got.Status.LastHandledReconcileAt != "after-unbind" {
 			return fmt.Errorf("the reconcile request is not handled yet")
+		}
+		return conditionIs(ctx, key, cpv1.ReadyCondition, "True", cpv1.SucceededReason)()
+	})
+
+	// A tenant admin swaps the binding's subject for itself (a binding is the tenant's
+	// to edit in its namespace): the operator, refused, takes it back, with its own
+	// subject only.
+	if err := k8s.Get(ctx, bkey, binding); err != nil {
+		t.Fatal(err)
+	}
+	swapped := binding.DeepCopy()
+	swapped.Subjects = []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}}
+	if err := k8s.Update(ctx, swapped); err != nil {
+		t.Fatal(err)
+	}
+	requestReconcile(t, ctx, p, "after-swap")
+	eventually(t, settle, func() error {
+		got := &rbacv1.RoleBinding{}
+		if err := k8s.Get(ctx, bkey, got); err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(got.Subjects, binding.Subjects) {
+			return fmt.Errorf("the binding's subjects are %v, want the operator's alone (%v)", got.Subjects, binding.Subjects)
 		}
 		return conditionIs(ctx, key, cpv1.ReadyCondition, "True", cpv1.SucceededReason)()
 	})

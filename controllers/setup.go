@@ -29,6 +29,9 @@ type Options struct {
 	ApplierTokenLifetime time.Duration
 }
 
+// LeaderElectionID names the Lease the manager's replicas elect their leader with.
+const LeaderElectionID = "computeplane-operator.computeplane.cozystack.io"
+
 // Setup registers every controller and webhook with the manager, and returns the
 // ComputePlane reconciler (tests look into its plane cache).
 func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*ComputePlaneReconciler, error) {

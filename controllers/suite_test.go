@@ -47,7 +47,7 @@ func runSuite(m *testing.M) int {
 	}
 	scheme := controllers.NewScheme()
 	var err error
-	mgmt, err = testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Webhooks: true})
+	mgmt, err = testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Webhooks: true, Audit: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -78,6 +78,9 @@ func runSuite(m *testing.M) int {
 	}
 	reconciler = op.Reconciler
 	code := m.Run()
+	if code == 0 && !rbacMatchesUse() {
+		code = 1
+	}
 	if err := op.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "manager:", err)
 		return 1

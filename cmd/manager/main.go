@@ -58,7 +58,7 @@ func main() {
 		Metrics:                       controllers.MetricsServerOptions(metricsAddr, secureMetrics),
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                leaderElect,
-		LeaderElectionID:              "computeplane-operator.computeplane.cozystack.io",
+		LeaderElectionID:              controllers.LeaderElectionID,
 		LeaderElectionNamespace:       leaderNS,
 		LeaderElectionReleaseOnCancel: true,
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: certDir}),

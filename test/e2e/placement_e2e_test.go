@@ -68,7 +68,7 @@ func run(m *testing.M) int {
 	scheme := controllers.NewScheme()
 	_ = apiextensionsv1.AddToScheme(scheme)
 	var err error
-	mgmt, err = testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Webhooks: true})
+	mgmt, err = testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Webhooks: true, Audit: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -118,6 +118,12 @@ func run(m *testing.M) int {
 	}
 
 	code := m.Run()
+	// Placement and teardown with the real Flux reach rights the controllers suite does
+	// not: none of them may have been refused.
+	if refused, _, err := testenv.Refused(mgmt.AuditLog); err != nil || len(refused) > 0 {
+		fmt.Fprintf(os.Stderr, "RBAC audit: the operator was refused %v (%v): a right the controllers use is missing from the markers\n", refused, err)
+		code = 1
+	}
 	if code != 0 {
 		fmt.Fprintln(os.Stderr, "--- helm-controller log (last 20000 bytes) ---")
 		log := flux.log.String()

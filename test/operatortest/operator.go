@@ -63,7 +63,13 @@ func New(ctx context.Context, mgmt *testenv.Cluster, o Options) (*Operator, erro
 		Scheme:                 mgmt.Client.Scheme(),
 		Metrics:                metrics,
 		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true), RecoverPanic: o.RecoverPanic},
+		// As deployed: the shipped leader-election Role is exercised, and a restarted
+		// operator takes the lease over from the one it replaces.
+		LeaderElection:                true,
+		LeaderElectionID:              controllers.LeaderElectionID,
+		LeaderElectionNamespace:       testenv.OperatorNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{SkipNameValidation: ptr.To(true), RecoverPanic: o.RecoverPanic},
 	}
 	if o.Webhooks {
 		opts.WebhookServer = mgmt.WebhookServer()

@@ -32,6 +32,8 @@ type Cluster struct {
 	Client client.Client
 	// OperatorConfig authenticates as OperatorUser (management clusters only).
 	OperatorConfig *rest.Config
+	// AuditLog is where the apiserver logs the operator's requests (ManagementOptions.Audit).
+	AuditLog string
 	// etcdDir is etcd's data directory, owned here so etcd can be stopped and started
 	// again with its data (envtest deletes a directory it created on every stop).
 	etcdDir string
@@ -94,6 +96,9 @@ type ManagementOptions struct {
 	// operator itself from its manifests (the demo applies the rendered chart).
 	// OperatorConfig is then nil and Webhooks is ignored.
 	Bare bool
+	// Audit logs every request of the operator's identity (Cluster.AuditLog), so a
+	// suite can compare what the operator asked for with the RBAC it ships.
+	Audit bool
 }
 
 // StartManagement starts a management apiserver with the ComputePlane CRDs from
@@ -115,6 +120,24 @@ func StartManagement(o ManagementOptions) (*Cluster, error) {
 	if o.Bare {
 		return start(env, o.Scheme)
 	}
+	// As hardened distributions run it: setting blockOwnerDeletion (the operator's
+	// controller references) needs the right to update the owner's finalizers.
+	env.ControlPlane.GetAPIServer().Configure().Set("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
+	var auditLog string
+	if o.Audit {
+		dir, err := os.MkdirTemp("", "computeplane-audit-")
+		if err != nil {
+			return nil, err
+		}
+		flags, log, err := writeAuditPolicy(dir)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range flags {
+			env.ControlPlane.GetAPIServer().Configure().Set(k, v)
+		}
+		auditLog = log
+	}
 	env.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases")}
 	env.ErrorIfCRDPathMissing = true
 	if o.Webhooks {
@@ -126,6 +149,7 @@ func StartManagement(o ManagementOptions) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.AuditLog = auditLog
 	if err := installShipped(c.Client, root); err != nil {
 		_ = c.Stop()
 		return nil, err
