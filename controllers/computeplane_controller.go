@@ -74,6 +74,9 @@ type ComputePlaneReconciler struct {
 	// writes keeps a reconcile from working on a cached plane older than its own last
 	// status write.
 	writes ownWrites
+	// Shard is the set of planes this manager reconciles; the others' managers see to
+	// theirs.
+	Shard Shard
 }
 
 // SetupOptions are the manager flags that shape the controller.
@@ -100,7 +103,8 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		func(o client.Object) []string { return []string{o.(*cpv1.ComputePlane).Status.InfrastructureNamespace} }); err != nil {
 		return err
 	}
-	own := predicate.Predicate(predicate.GenerationChangedPredicate{})
+	// A label change may move the plane between shards: both managers must look.
+	own := predicate.Predicate(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))
 	if opts.ReconcileRequests {
 		own = predicate.Or(own, reconcileRequestedPredicate{})
 	}
@@ -169,6 +173,13 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.writes.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !r.Shard.Holds(plane) {
+		// Another shard's (a plane moved away, or an event about another shard's plane):
+		// let go of its connection and informers; the other manager takes it from here.
+		r.Planes.Remove(req.NamespacedName)
+		r.writes.forget(req.NamespacedName)
+		return ctrl.Result{}, nil
 	}
 	if r.writes.behind(req.NamespacedName, plane.ResourceVersion, time.Now()) {
 		// The informer has not delivered this controller's own last status write yet.

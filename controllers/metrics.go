@@ -81,10 +81,10 @@ func init() {
 var fleet = &stateCollector{}
 
 // use points the state gauges at a manager's cache and plane connections.
-func (c *stateCollector) use(reader client.Reader, planes *remote.ClusterCache) {
+func (c *stateCollector) use(reader client.Reader, planes *remote.ClusterCache, shard Shard) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.reader, c.planes = reader, planes
+	c.reader, c.planes, c.shard = reader, planes, shard
 }
 
 var (
@@ -106,6 +106,8 @@ type stateCollector struct {
 	mu     sync.Mutex
 	reader client.Reader
 	planes *remote.ClusterCache
+	// shard: only its planes count, so the gauges of all shards add up to the fleet.
+	shard Shard
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -116,7 +118,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
-	reader, planes := c.reader, c.planes
+	reader, planes, shard := c.reader, c.planes, c.shard
 	c.mu.Unlock()
 	if reader == nil {
 		return
@@ -125,7 +127,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	list := &cpv1.ComputePlaneList{}
 	if err := reader.List(ctx, list); err == nil {
-		s := summarizeFleet(list.Items)
+		mine := list.Items[:0]
+		for i := range list.Items {
+			if shard.Holds(&list.Items[i]) {
+				mine = append(mine, list.Items[i])
+			}
+		}
+		s := summarizeFleet(mine)
 		for k, n := range s.conditions {
 			ch <- prometheus.MustNewConstMetric(planesDesc, prometheus.GaugeValue, float64(n), k.Type, k.Status, k.Reason)
 		}

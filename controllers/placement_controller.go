@@ -56,6 +56,8 @@ const (
 type PlacementReconciler struct {
 	client.Client
 	Events events.EventRecorder
+	// Shard is the set of planes whose namespaces this controller looks after.
+	Shard Shard
 
 	mu sync.Mutex
 	// told is what the controller knows of each release: what it was last told
@@ -98,6 +100,10 @@ func (r *PlacementReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, err
 	}
 	plane := planeOfNamespace(planes.Items)
+	if !r.Shard.Holds(plane) {
+		// Another shard's manager looks after this namespace.
+		return ctrl.Result{}, nil
+	}
 	var releases helmv2.HelmReleaseList
 	if err := r.List(ctx, &releases, client.InNamespace(ns), client.MatchingLabels{cpv1.PlacementLabel: cpv1.PlacementLabelValue}); err != nil {
 		return ctrl.Result{}, err

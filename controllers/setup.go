@@ -27,6 +27,8 @@ type Options struct {
 	// ApplierTokenLifetime of the applier's kubeconfig tokens (at least 10 minutes, the
 	// TokenRequest API's minimum); zero means one hour.
 	ApplierTokenLifetime time.Duration
+	// Shard is the set of planes this manager reconciles (zero: all).
+	Shard Shard
 }
 
 // LeaderElectionID names the Lease the manager's replicas elect their leader with.
@@ -44,6 +46,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*ComputePlaneRecon
 		Events:          mgr.GetEventRecorder("computeplane-controller"),
 		RequeueInterval: o.RequeueInterval,
 		TokenLifetime:   max(o.ApplierTokenLifetime, 10*time.Minute),
+		Shard:           o.Shard,
 		Planes: &remote.ClusterCache{
 			Scheme:        mgr.GetScheme(),
 			Timeout:       o.PlaneTimeout,
@@ -58,11 +61,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*ComputePlaneRecon
 	if err := mgr.Add(r.Planes); err != nil {
 		return nil, err
 	}
-	fleet.use(mgr.GetClient(), r.Planes)
+	fleet.use(mgr.GetClient(), r.Planes, o.Shard)
 	if err := r.SetupWithManager(ctx, mgr, o.Setup); err != nil {
 		return nil, err
 	}
-	placement := &PlacementReconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("computeplane-placement")}
+	placement := &PlacementReconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("computeplane-placement"), Shard: o.Shard}
 	if err := placement.SetupWithManager(mgr, o.Setup.Options); err != nil {
 		return nil, err
 	}

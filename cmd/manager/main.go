@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -21,6 +22,7 @@ import (
 func main() {
 	var (
 		metricsAddr, probeAddr, leaderNS, certDir string
+		watchSelector                             string
 		leaderElect, webhooks, reconcileRequests  bool
 		secureMetrics                             bool
 		concurrent, webhookPort                   int
@@ -33,6 +35,8 @@ func main() {
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles.")
 	flag.StringVar(&leaderNS, "leader-election-namespace", "", "Namespace of the leader lease; empty means the pod's namespace.")
+	flag.StringVar(&watchSelector, "watch-label-selector", "",
+		"Reconcile only the ComputePlanes this label selector matches (a shard, e.g. 'sharding.fluxcd.io/key in (shard1)'; the main instance then runs with '!sharding.fluxcd.io/key'). Each shard elects its own leader.")
 	flag.IntVar(&concurrent, "concurrent", 4, "ComputePlanes reconciled in parallel.")
 	flag.DurationVar(&requeue, "requeue-interval", 30*time.Second, "How often a plane waiting on something that sends no event looks again (jittered).")
 	flag.DurationVar(&minRetry, "min-retry-delay", 750*time.Millisecond, "First backoff after a transient error.")
@@ -52,13 +56,18 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
+	shard, err := labels.Parse(watchSelector)
+	if err != nil {
+		log.Error(err, "parsing --watch-label-selector")
+		os.Exit(1)
+	}
 
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        controllers.NewScheme(),
 		Metrics:                       controllers.MetricsServerOptions(metricsAddr, secureMetrics),
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                leaderElect,
-		LeaderElectionID:              controllers.LeaderElectionID,
+		LeaderElectionID:              controllers.LeaderElectionIDFor(shard),
 		LeaderElectionNamespace:       leaderNS,
 		LeaderElectionReleaseOnCancel: true,
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: certDir}),
@@ -81,6 +90,7 @@ func main() {
 		PlaneTimeout:          planeTimeout,
 		PlaneUnreachableGrace: planeGrace,
 		ApplierTokenLifetime:  tokenLifetime,
+		Shard:                 controllers.Shard{Selector: shard},
 	}); err != nil {
 		log.Error(err, "setting up the controllers")
 		os.Exit(1)
@@ -97,7 +107,7 @@ func main() {
 		log.Error(err, "adding the readiness check")
 		os.Exit(1)
 	}
-	log.Info("starting the manager")
+	log.Info("starting the manager", "shard", shard.String())
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "running the manager")
 		os.Exit(1)

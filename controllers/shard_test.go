@@ -1,0 +1,49 @@
+package controllers
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+)
+
+func TestShardHolds(t *testing.T) {
+	plane := func(l map[string]string) *cpv1.ComputePlane {
+		return &cpv1.ComputePlane{ObjectMeta: metav1.ObjectMeta{Labels: l}}
+	}
+	main, _ := labels.Parse("!" + ShardKeyLabel)
+	shard1, _ := labels.Parse(ShardKeyLabel + " in (shard1)")
+	cases := []struct {
+		name        string
+		plane       *cpv1.ComputePlane
+		main, one   bool
+		unshardedOK bool
+	}{
+		{"unlabelled plane", plane(nil), true, false, true},
+		{"plane of shard1", plane(map[string]string{ShardKeyLabel: "shard1"}), false, true, true},
+		{"plane of shard2", plane(map[string]string{ShardKeyLabel: "shard2"}), false, false, true},
+		{"namespace without a plane", nil, true, false, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := (Shard{Selector: main}).Holds(tc.plane); got != tc.main {
+				t.Errorf("main shard holds = %v, want %v", got, tc.main)
+			}
+			if got := (Shard{Selector: shard1}).Holds(tc.plane); got != tc.one {
+				t.Errorf("shard1 holds = %v, want %v", got, tc.one)
+			}
+			if got := (Shard{}).Holds(tc.plane); got != tc.unshardedOK {
+				t.Errorf("no sharding holds = %v, want %v", got, tc.unshardedOK)
+			}
+		})
+	}
+	if LeaderElectionIDFor(nil) != LeaderElectionID || LeaderElectionIDFor(main) == LeaderElectionIDFor(shard1) ||
+		LeaderElectionIDFor(shard1) == LeaderElectionID {
+		t.Error("shards do not elect their leaders on distinct Leases")
+	}
+	if n := len(LeaderElectionIDFor(shard1)); n > 63 {
+		t.Errorf("Lease name of %d characters", n)
+	}
+}
