@@ -521,13 +521,25 @@ func TestHardeningOnARealPlane(t *testing.T) {
 			}
 			return nil
 		})
+		// The revocation comes before the status that says why: wait for that too, or the
+		// Ready=True below could be the one from before the gate closed.
+		eventually(t, settle, conditionIs(ctx, key, cpv1.ValidCondition, metav1.ConditionFalse, cpv1.SpecExceedsClassReason))
 		patchPlane = client.MergeFrom(p.DeepCopy())
 		g.MaxReplicas = 2
 		p.Spec.NodeGroups["workers"] = g
 		if err := k8s.Patch(ctx, p, patchPlane); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+		eventually(t, settle, func() error {
+			got := &cpv1.ComputePlane{}
+			if err := k8s.Get(ctx, key, got); err != nil {
+				return err
+			}
+			if got.Status.ObservedGeneration != p.Generation {
+				return fmt.Errorf("observedGeneration %d, want %d", got.Status.ObservedGeneration, p.Generation)
+			}
+			return conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason)()
+		})
 		if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
 			t.Fatal(err)
 		}
