@@ -66,7 +66,7 @@ func New(ctx context.Context, mgmt *testenv.Cluster, o Options) (*Operator, erro
 		// As deployed: the shipped leader-election Role is exercised, and a restarted
 		// operator takes the lease over from the one it replaces.
 		LeaderElection:                true,
-		LeaderElectionID:              controllers.LeaderElectionID,
+		LeaderElectionID:              controllers.LeaderElectionIDFor(o.Shard.Selector),
 		LeaderElectionNamespace:       testenv.OperatorNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(true), RecoverPanic: o.RecoverPanic},

@@ -208,3 +208,61 @@ func TestChartSelfSignedWebhookCertificate(t *testing.T) {
 		t.Error("tls.key is not a PEM key")
 	}
 }
+
+// TestChartShards: with sharding.shards the chart runs one more Deployment per shard,
+// each selecting only its planes and its own pods (a Deployment selecting another's pods
+// would fight it over them), while the main one keeps the planes without a shard key
+// and alone serves admission.
+func TestChartShards(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := testenv.RenderChart(root, testenv.OperatorNamespace, "sharding.shards={shard1,shard2}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	selectors := map[string]map[string]any{}
+	args := map[string][]any{}
+	for _, u := range objs {
+		if u.GetKind() != "Deployment" {
+			continue
+		}
+		sel, _, _ := unstructured.NestedMap(u.Object, "spec", "selector", "matchLabels")
+		selectors[u.GetName()] = sel
+		containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		args[u.GetName()] = containers[0].(map[string]any)["args"].([]any)
+	}
+	want := map[string][]string{
+		"computeplane-controller-manager":        {"--watch-label-selector=!sharding.fluxcd.io/key"},
+		"computeplane-controller-manager-shard1": {"--watch-label-selector=sharding.fluxcd.io/key in (shard1)", "--enable-webhooks=false"},
+		"computeplane-controller-manager-shard2": {"--watch-label-selector=sharding.fluxcd.io/key in (shard2)", "--enable-webhooks=false"},
+	}
+	if len(args) != len(want) {
+		t.Fatalf("Deployments %v, want %d", args, len(want))
+	}
+	for name, flags := range want {
+		have := fmt.Sprint(args[name])
+		for _, f := range flags {
+			if !strings.Contains(have, f) {
+				t.Errorf("%s args %s lack %s", name, have, f)
+			}
+		}
+	}
+	for a, sa := range selectors {
+		for b, sb := range selectors {
+			if a == b {
+				continue
+			}
+			overlap := true // does b's pod template (== its selector) match a's selector?
+			for k, v := range sa {
+				if sb[k] != v {
+					overlap = false
+				}
+			}
+			if overlap {
+				t.Errorf("Deployment %s selects the pods of %s", a, b)
+			}
+		}
+	}
+}
