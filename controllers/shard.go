@@ -41,5 +41,5 @@ func LeaderElectionIDFor(selector labels.Selector) string {
 		return LeaderElectionID
 	}
 	sum := sha256.Sum256([]byte(selector.String()))
-	return "shard-" + hex.EncodeToString(sum[:5]) + "." + LeaderElectionID
+	return "shard-" + hex.EncodeToString(sum[:4]) + "." + LeaderElectionID
 }
