@@ -141,7 +141,8 @@ func decideGrant(p *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, req cpv1.S
 	}
 	switch {
 	case svc == nil:
-		return pending("Service %s/%s does not exist; once it does, its owner grants access by labelling it %s=%s", p.Namespace, req.Name, cpv1.ServiceAccessLabel, p.Name)
+		// Only opted-in Services are cached: absent here is "missing or not opted in".
+		return pending("Service %s/%s does not exist or has not opted in: its owner grants access by labelling it %s=%s", p.Namespace, req.Name, cpv1.ServiceAccessLabel, p.Name)
 	case svc.Labels[cpv1.ServiceAccessLabel] != p.Name:
 		return pending("Service %s/%s has not opted in: its owner grants access by labelling it %s=%s", p.Namespace, req.Name, cpv1.ServiceAccessLabel, p.Name)
 	case svc.Spec.Type == corev1.ServiceTypeExternalName:

@@ -211,3 +211,45 @@ func grantStates(ctx context.Context, key client.ObjectKey, want map[string]cpv1
 		return nil
 	}
 }
+
+// TestServiceCacheHoldsOnlyOptedIn: the operator caches the Services that opted in to a
+// grant and no other, so a management cluster's thousands of Services cost it nothing;
+// opting out drops the Service from the cache (a delete event: the plane revokes).
+func TestServiceCacheHoldsOnlyOptedIn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := tenantNamespace(t, ctx)
+	for _, s := range []*corev1.Service{service(ns, "plain", "", map[string]string{"app": "plain"}, 80),
+		service(ns, "granted", "plane", map[string]string{"app": "granted"}, 80)} {
+		if err := k8s.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cached := func(want ...string) func() error {
+		return func() error {
+			var l corev1.ServiceList
+			if err := reconciler.Client.List(ctx, &l, client.InNamespace(ns)); err != nil {
+				return err
+			}
+			var got []string
+			for _, s := range l.Items {
+				got = append(got, s.Name)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				return fmt.Errorf("the operator's cache holds Services %v, want %v", got, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, settle, cached("granted"))
+	svc := &corev1.Service{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "granted"}, svc); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(svc.DeepCopy())
+	delete(svc.Labels, cpv1.ServiceAccessLabel)
+	if err := k8s.Patch(ctx, svc, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, cached())
+}

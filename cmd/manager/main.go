@@ -64,6 +64,7 @@ func main() {
 
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        controllers.NewScheme(),
+		Cache:                         controllers.CacheOptions(),
 		Metrics:                       controllers.MetricsServerOptions(metricsAddr, secureMetrics),
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                leaderElect,

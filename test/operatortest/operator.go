@@ -61,6 +61,7 @@ func New(ctx context.Context, mgmt *testenv.Cluster, o Options) (*Operator, erro
 	}
 	opts := ctrl.Options{
 		Scheme:                 mgmt.Client.Scheme(),
+		Cache:                  controllers.CacheOptions(),
 		Metrics:                metrics,
 		HealthProbeBindAddress: "0",
 		// As deployed: the shipped leader-election Role is exercised, and a restarted
