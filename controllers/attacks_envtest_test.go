@@ -54,6 +54,23 @@ func readyPlane(t *testing.T, ctx context.Context, class *cpv1.ComputePlaneClass
 	return p, tenant
 }
 
+// gateClosed checks that the plane is not Ready and its applier credential is gone.
+func gateClosed(ctx context.Context, p *cpv1.ComputePlane) func() error {
+	return func() error {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		if apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
+			return errors.New("Ready is still True")
+		}
+		if err := k8s.Get(ctx, applierSecretKey(p), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the applier credential is still issued (err=%v)", err)
+		}
+		return nil
+	}
+}
+
 func applierSecretKey(p *cpv1.ComputePlane) client.ObjectKey {
 	return client.ObjectKey{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}
 }
@@ -120,19 +137,7 @@ func TestAttackDatastoreStoppedClosesTheGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	eventually(t, settle, func() error {
-		got := &cpv1.ComputePlane{}
-		if err := k8s.Get(ctx, key, got); err != nil {
-			return err
-		}
-		if apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
-			return errors.New("Ready is still True with the plane's etcd stopped")
-		}
-		if err := k8s.Get(ctx, applierSecretKey(p), &corev1.Secret{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("the applier credential is still issued (err=%v)", err)
-		}
-		return nil
-	})
+	eventually(t, settle, gateClosed(ctx, p))
 	t.Logf("gate closed %s after etcd stopped", time.Since(stopped).Round(time.Millisecond))
 
 	if err := tenant.StartEtcd(); err != nil {
@@ -175,6 +180,61 @@ func TestAttackTenantStripsFinalizer(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: infraOf(p), Name: "plane"}, &clusterv1.Cluster{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the teardown did not run: the Cluster is still there (err=%v)", err)
 	}
+}
+
+// TestAttackTenantLeavesEveryShard: a tenant relabels its plane for a shard no manager
+// runs, so that no operator reconciles it any more (its drift unrepaired, its gate never
+// closed by the operator). Setting, changing or removing sharding.fluxcd.io/key is
+// refused to the tenant, on create and on update; a platform operator bound to
+// computeplane-shard may.
+func TestAttackTenantLeavesEveryShard(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	class := newClass("shard-" + rand.String(6))
+	p := planeWithClass(t, ctx, class)
+	key := client.ObjectKeyFromObject(p)
+	alice := tenantUser(t, ctx, p.Namespace, "alice")
+	const refusal = "setting the sharding.fluxcd.io/key label needs update on computeplanes/shard"
+
+	got := &cpv1.ComputePlane{}
+	if err := alice.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	relabel := client.MergeFrom(got.DeepCopy())
+	got.Labels = map[string]string{controllers.ShardKeyLabel: "nobody-runs-this", "team": "a"}
+	denied(t, alice.Patch(ctx, got, relabel), refusal)
+
+	other := newPlane(tenantNamespace(t, ctx), "plane", class.Name)
+	other.Labels = map[string]string{controllers.ShardKeyLabel: "nobody-runs-this"}
+	alicesOwn := tenantUser(t, ctx, other.Namespace, "alice")
+	denied(t, alicesOwn.Create(ctx, other), refusal)
+
+	// Other labels stay the tenant's to set.
+	if err := alice.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	relabel = client.MergeFrom(got.DeepCopy())
+	got.Labels = map[string]string{"team": "a"}
+	if err := alice.Patch(ctx, got, relabel); err != nil {
+		t.Fatalf("a tenant cannot set an ordinary label: %v", err)
+	}
+
+	// A platform operator assigns the shard, and only it may take the assignment away.
+	ops := platformOperator(t, ctx, "sre-shard")
+	if err := ops.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	relabel = client.MergeFrom(got.DeepCopy())
+	got.Labels[controllers.ShardKeyLabel] = "shard1"
+	if err := ops.Patch(ctx, got, relabel); err != nil {
+		t.Fatalf("a platform operator cannot assign the shard: %v", err)
+	}
+	if err := alice.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	relabel = client.MergeFrom(got.DeepCopy())
+	delete(got.Labels, controllers.ShardKeyLabel)
+	denied(t, alice.Patch(ctx, got, relabel), refusal)
 }
 
 // tenantUser binds user to the tenant roles config/default installs

@@ -3,7 +3,6 @@ package controllers_test
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -19,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -236,19 +234,7 @@ func TestMetricsMoveWithThePlane(t *testing.T) {
 			_ = tenant.StartEtcd()
 		}
 	})
-	eventually(t, settle, func() error {
-		got := &cpv1.ComputePlane{}
-		if err := k8s.Get(ctx, key, got); err != nil {
-			return err
-		}
-		if apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
-			return errors.New("Ready is still True with the plane's etcd stopped")
-		}
-		if err := k8s.Get(ctx, applierSecretKey(p), &corev1.Secret{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("the applier credential is still issued (err=%v)", err)
-		}
-		return nil
-	})
+	eventually(t, settle, gateClosed(ctx, p))
 	eventually(t, settle, func() error {
 		f := scrape()
 		if v := value(f, "computeplane_plane_connection_up", planeLabels); v != 0 {

@@ -10,14 +10,19 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
 
+// t0 is the clock of the tables below: cond(type, status, s) is a condition that last
+// changed s seconds after t0, and they are judged at now, 100 s after t0.
+var (
+	t0   = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now  = t0.Add(100 * time.Second)
+	T, F = metav1.ConditionTrue, metav1.ConditionFalse
+)
+
+func cond(typ string, st metav1.ConditionStatus, s int) metav1.Condition {
+	return metav1.Condition{Type: typ, Status: st, LastTransitionTime: metav1.NewTime(t0.Add(time.Duration(s) * time.Second)), Reason: "R"}
+}
+
 func TestStageTimes(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(s int) metav1.Time { return metav1.NewTime(t0.Add(time.Duration(s) * time.Second)) }
-	cond := func(typ string, st metav1.ConditionStatus, s int) metav1.Condition {
-		return metav1.Condition{Type: typ, Status: st, LastTransitionTime: at(s), Reason: "R"}
-	}
-	T, F := metav1.ConditionTrue, metav1.ConditionFalse
-	now := t0.Add(100 * time.Second)
 	cases := []struct {
 		name          string
 		before, after []metav1.Condition
@@ -65,13 +70,6 @@ func TestStageTimes(t *testing.T) {
 }
 
 func TestProvisionedReadyTime(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(s int) metav1.Time { return metav1.NewTime(t0.Add(time.Duration(s) * time.Second)) }
-	cond := func(typ string, st metav1.ConditionStatus, s int) metav1.Condition {
-		return metav1.Condition{Type: typ, Status: st, LastTransitionTime: at(s), Reason: "R"}
-	}
-	T, F := metav1.ConditionTrue, metav1.ConditionFalse
-	now := t0.Add(100 * time.Second)
 	cases := []struct {
 		name          string
 		before, after []metav1.Condition

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,37 +17,20 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/yaml"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
-// platformOperator is a user bound to the shipped abandon role
-// (config/rbac/platform_roles.yaml) and able to annotate ComputePlanes.
+// platformOperator is a user bound to the platform roles config/default installs
+// (config/rbac/platform_roles.yaml: abandon and shard) and able to edit ComputePlanes.
 func platformOperator(t *testing.T, ctx context.Context, user string) client.Client {
 	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "platform_roles.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.Unmarshal(data, role); err != nil {
-		t.Fatal(err)
-	}
-	if err := k8s.Create(ctx, role); client.IgnoreAlreadyExists(err) != nil {
-		t.Fatal(err)
-	}
 	edit := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-plane-annotator"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{cpv1.GroupVersion.Group}, Resources: []string{"computeplanes"}, Verbs: []string{"get", "list", "patch", "update"}}}}
 	if err := k8s.Create(ctx, edit); client.IgnoreAlreadyExists(err) != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []string{role.Name, edit.Name} {
+	for _, r := range []string{"computeplane-abandon", "computeplane-shard", edit.Name} {
 		b := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user + "-" + r},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}

@@ -48,8 +48,8 @@ func TestShippedPoliciesNameTheOperator(t *testing.T) {
 			bindings[u.GetName()] = u
 		}
 	}
-	if deployment == nil || len(policies) != 3 || len(bindings) != 3 {
-		t.Fatalf("config/default lacks the manager, or the finalizer, placement and abandon guards and their bindings")
+	if deployment == nil || len(policies) != 4 || len(bindings) != 4 {
+		t.Fatalf("config/default lacks the manager, or the finalizer, placement, abandon and shard guards and their bindings")
 	}
 	sa, _, _ := unstructured.NestedString(deployment.Object, "spec", "template", "spec", "serviceAccountName")
 	user := "system:serviceaccount:" + deployment.GetNamespace() + ":" + sa
