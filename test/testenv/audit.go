@@ -154,11 +154,11 @@ func Unexercised(rules []rbacv1.PolicyRule, asked map[Access]int) []string {
 	return out
 }
 
-// writeAuditPolicy writes the policy into dir and returns the apiserver flags that log
-// the operator's requests to dir/audit.log.
-func writeAuditPolicy(dir string) (map[string]string, string, error) {
+// writeAuditPolicy writes an audit policy into dir and returns the apiserver flags that
+// log what it selects to dir/audit.log.
+func writeAuditPolicy(dir, content string) (map[string]string, string, error) {
 	policy := filepath.Join(dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+	if err := os.WriteFile(policy, []byte(content), 0o600); err != nil {
 		return nil, "", err
 	}
 	log := filepath.Join(dir, "audit.log")

@@ -129,7 +129,7 @@ func StartManagement(o ManagementOptions) (*Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		flags, log, err := writeAuditPolicy(dir)
+		flags, log, err := writeAuditPolicy(dir, auditPolicy)
 		if err != nil {
 			return nil, err
 		}
@@ -178,6 +178,8 @@ type TenantOptions struct {
 	// DisableAdmissionPlugins are turned off in the apiserver (as a misconfigured or
 	// tampered control plane might have them).
 	DisableAdmissionPlugins []string
+	// Audit logs every request but the API server's own to Cluster.AuditLog (ReadAudit).
+	Audit bool
 }
 
 // StartTenantWith starts a tenant apiserver with options.
@@ -191,12 +193,28 @@ func StartTenantWith(scheme *runtime.Scheme, o TenantOptions) (*Cluster, error) 
 	if len(o.DisableAdmissionPlugins) > 0 {
 		env.ControlPlane.GetAPIServer().Configure().Set("disable-admission-plugins", strings.Join(o.DisableAdmissionPlugins, ","))
 	}
+	var auditLog string
+	if o.Audit {
+		// Beside etcd's own data, and removed with it.
+		adir := filepath.Join(dir, "audit")
+		if err := os.Mkdir(adir, 0o700); err != nil {
+			return nil, err
+		}
+		flags, log, err := writeAuditPolicy(adir, tenantAuditPolicy)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range flags {
+			env.ControlPlane.GetAPIServer().Configure().Set(k, v)
+		}
+		auditLog = log
+	}
 	c, err := start(env, scheme)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	c.etcdDir = dir
+	c.etcdDir, c.AuditLog = dir, auditLog
 	return c, nil
 }
 
