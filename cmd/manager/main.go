@@ -28,6 +28,7 @@ func main() {
 		concurrent, webhookPort                   int
 		requeue, minRetry, maxRetry               time.Duration
 		planeTimeout, planeGrace, tokenLifetime   time.Duration
+		leaseDuration, renewDeadline, retryPeriod time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,
@@ -35,6 +36,11 @@ func main() {
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles.")
 	flag.StringVar(&leaderNS, "leader-election-namespace", "", "Namespace of the leader lease; empty means the pod's namespace.")
+	// As Flux's controllers name them: how long a replica that died (and so did not
+	// release the lease) blocks its successor is the lease duration.
+	flag.DurationVar(&leaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a leader lease is valid without renewal: the longest a killed leader's successor waits.")
+	flag.DurationVar(&renewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader tries to renew its lease before it gives leadership up.")
+	flag.DurationVar(&retryPeriod, "leader-election-retry-period", 2*time.Second, "How often replicas try to take or renew the lease.")
 	flag.StringVar(&watchSelector, "watch-label-selector", "",
 		"Reconcile only the ComputePlanes this label selector matches (a shard, e.g. 'sharding.fluxcd.io/key in (shard1)'; the main instance then runs with '!sharding.fluxcd.io/key'). Each shard elects its own leader.")
 	flag.IntVar(&concurrent, "concurrent", 4, "ComputePlanes reconciled in parallel.")
@@ -71,6 +77,9 @@ func main() {
 		LeaderElectionID:              controllers.LeaderElectionIDFor(shard),
 		LeaderElectionNamespace:       leaderNS,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &leaseDuration,
+		RenewDeadline:                 &renewDeadline,
+		RetryPeriod:                   &retryPeriod,
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: certDir}),
 	})
 	if err != nil {

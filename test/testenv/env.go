@@ -37,6 +37,8 @@ type Cluster struct {
 	// etcdDir is etcd's data directory, owned here so etcd can be stopped and started
 	// again with its data (envtest deletes a directory it created on every stop).
 	etcdDir string
+	// certDir holds the apiserver's keys, when not under etcdDir.
+	certDir string
 	// mu orders a test's etcd faults against a provider stopping the whole cluster from
 	// its own goroutine (a plane torn down while its etcd is being restarted).
 	mu      sync.Mutex
@@ -55,8 +57,10 @@ func (c *Cluster) Stop() error {
 	}
 	c.stopped = true
 	err := c.Env.Stop()
-	if c.etcdDir != "" {
-		_ = os.RemoveAll(c.etcdDir)
+	for _, dir := range []string{c.etcdDir, c.certDir} {
+		if dir != "" {
+			_ = os.RemoveAll(dir)
+		}
 	}
 	return err
 }
@@ -83,6 +87,28 @@ func (c *Cluster) StartEtcd() error {
 		return ErrStopped
 	}
 	return c.Env.ControlPlane.Etcd.Start()
+}
+
+// StopAPIServer stops the cluster's kube-apiserver (etcd keeps running), as when its
+// pod dies; StartAPIServer brings it back.
+func (c *Cluster) StopAPIServer() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return ErrStopped
+	}
+	return c.Env.ControlPlane.APIServer.Stop()
+}
+
+// StartAPIServer starts the cluster's kube-apiserver again: same address, same serving
+// and service-account keys (kept in a directory the Cluster owns), same users, same data.
+func (c *Cluster) StartAPIServer() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return ErrStopped
+	}
+	return c.Env.ControlPlane.APIServer.Start()
 }
 
 // ManagementOptions shape the management cluster.
@@ -117,8 +143,20 @@ func StartManagement(o ManagementOptions) (*Cluster, error) {
 		CRDs:                  upstream,
 		Scheme:                o.Scheme,
 	}
+	certDir, err := os.MkdirTemp("", "computeplane-management-apiserver-")
+	if err != nil {
+		return nil, err
+	}
+	if err := restartable(env, certDir); err != nil {
+		return nil, err
+	}
 	if o.Bare {
-		return start(env, o.Scheme)
+		c, err := start(env, o.Scheme)
+		if err != nil {
+			return nil, err
+		}
+		c.certDir = certDir
+		return c, nil
 	}
 	// As hardened distributions run it: setting blockOwnerDeletion (the operator's
 	// controller references) needs the right to update the owner's finalizers.
@@ -149,7 +187,7 @@ func StartManagement(o ManagementOptions) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.AuditLog = auditLog
+	c.AuditLog, c.certDir = auditLog, certDir
 	if err := installShipped(c.Client, root); err != nil {
 		_ = c.Stop()
 		return nil, err
@@ -180,6 +218,8 @@ type TenantOptions struct {
 	DisableAdmissionPlugins []string
 	// Audit logs every request but the API server's own to Cluster.AuditLog (ReadAudit).
 	Audit bool
+	// SecurePort, when set, is the port to serve on (another cluster's old address).
+	SecurePort int
 }
 
 // StartTenantWith starts a tenant apiserver with options.
@@ -190,6 +230,10 @@ func StartTenantWith(scheme *runtime.Scheme, o TenantOptions) (*Cluster, error) 
 	}
 	env := &envtest.Environment{BinaryAssetsDirectory: os.Getenv("KUBEBUILDER_ASSETS"), Scheme: scheme}
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: dir}
+	if err := restartable(env, filepath.Join(dir, "apiserver")); err != nil {
+		return nil, err
+	}
+	env.ControlPlane.GetAPIServer().SecurePort = o.SecurePort
 	if len(o.DisableAdmissionPlugins) > 0 {
 		env.ControlPlane.GetAPIServer().Configure().Set("disable-admission-plugins", strings.Join(o.DisableAdmissionPlugins, ","))
 	}
@@ -216,6 +260,17 @@ func StartTenantWith(scheme *runtime.Scheme, o TenantOptions) (*Cluster, error) 
 	}
 	c.etcdDir, c.AuditLog = dir, auditLog
 	return c, nil
+}
+
+// restartable keeps the apiserver's certificates and keys in dir, so a StopAPIServer and
+// StartAPIServer serve with the same ones (envtest makes new ones in a fresh directory
+// otherwise, and every client's CA would be wrong).
+func restartable(env *envtest.Environment, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	env.ControlPlane.GetAPIServer().CertDir = dir
+	return nil
 }
 
 func start(env *envtest.Environment, scheme *runtime.Scheme) (*Cluster, error) {
