@@ -28,12 +28,19 @@ import (
 // runs. A fault test can SIGKILL it mid-stage, and a benchmark can read its memory
 // without the test's own allocations mixed in.
 type Process struct {
-	cmd *exec.Cmd
 	// MetricsAddr serves /metrics over plain HTTP (--metrics-secure=false).
 	MetricsAddr string
-	// Log is the file the manager's output goes to.
-	Log  string
-	done chan error
+	// Log is the file the manager's output goes to (every run's, appended).
+	Log string
+
+	args, env []string
+	probe     string
+	restart   bool
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	stopping  bool
+	runs      int
+	exited    chan struct{}
 }
 
 // ProcessOptions shape a manager process.
@@ -43,6 +50,9 @@ type ProcessOptions struct {
 	// Webhooks serves the admission webhooks where the management Cluster's webhook
 	// configurations point (ManagementOptions.Webhooks).
 	Webhooks bool
+	// Restart starts the manager again whenever it exits (killed, or leadership lost),
+	// as the kubelet restarts a crashed container; Stop ends that.
+	Restart bool
 }
 
 var build struct {
@@ -75,8 +85,9 @@ func ManagerBinary() (string, error) {
 }
 
 // StartProcess starts the manager binary with leader election (in the operator's
-// namespace, as deployed) and returns once it is ready: its caches synced (the manager's
-// readiness is served only after) and, with webhooks, its webhook server serving.
+// namespace, as deployed) and returns once it is ready (its caches synced and, with
+// webhooks, its webhook server serving). Leading is another matter: a successor of a
+// killed manager waits for the lease to expire (WaitLeading).
 func StartProcess(ctx context.Context, mgmt *testenv.Cluster, o ProcessOptions) (*Process, error) {
 	bin, err := ManagerBinary()
 	if err != nil {
@@ -113,26 +124,72 @@ func StartProcess(ctx context.Context, mgmt *testenv.Cluster, o ProcessOptions) 
 	} else {
 		args = append(args, "--enable-webhooks=false")
 	}
-	p := &Process{MetricsAddr: metricsAddr, Log: filepath.Join(dir, "manager.log"), done: make(chan error, 1)}
+	p := &Process{
+		MetricsAddr: metricsAddr, Log: filepath.Join(dir, "manager.log"), probe: probeAddr,
+		args: append(append([]string{bin}, args...), o.Args...), env: append(os.Environ(), "KUBECONFIG="+kubeconfig),
+		restart: o.Restart, exited: make(chan struct{}),
+	}
 	log, err := os.Create(p.Log)
 	if err != nil {
 		return nil, err
 	}
-	p.cmd = exec.Command(bin, append(args, o.Args...)...)
-	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-	p.cmd.Stdout, p.cmd.Stderr = log, log
-	if err := p.cmd.Start(); err != nil {
+	if err := p.run(log); err != nil {
 		_ = log.Close()
 		return nil, err
 	}
-	go func() { p.done <- p.cmd.Wait(); _ = log.Close() }()
+	if err := p.WaitReady(ctx); err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return p, nil
+}
 
-	readyz := "http://" + probeAddr + "/readyz"
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+// run starts the binary, and keeps starting it again while Restart says so.
+func (p *Process) run(log *os.File) error {
+	start := func() (*exec.Cmd, error) {
+		cmd := exec.Command(p.args[0], p.args[1:]...)
+		cmd.Env, cmd.Stdout, cmd.Stderr = p.env, log, log
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		p.cmd = cmd
+		p.runs++
+		p.mu.Unlock()
+		return cmd, nil
+	}
+	cmd, err := start()
+	if err != nil {
+		return err
+	}
+	go func() {
+		defer close(p.exited)
+		defer log.Close()
+		for {
+			_ = cmd.Wait()
+			p.mu.Lock()
+			again := p.restart && !p.stopping
+			p.mu.Unlock()
+			if !again {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+			if cmd, err = start(); err != nil {
+				fmt.Fprintf(log, "restarting the manager: %v\n", err)
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// WaitReady waits until the manager (the current run) serves readiness.
+func (p *Process) WaitReady(ctx context.Context) error {
+	readyz := "http://" + p.probe + "/readyz"
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		select {
-		case err := <-p.done:
-			p.done <- err
-			return false, fmt.Errorf("the manager exited: %v%s", err, p.Tail())
+		case <-p.exited:
+			return false, fmt.Errorf("the manager exited%s", p.Tail())
 		default:
 		}
 		resp, err := http.Get(readyz)
@@ -143,34 +200,53 @@ func StartProcess(ctx context.Context, mgmt *testenv.Cluster, o ProcessOptions) 
 		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
-		p.Kill()
-		return nil, fmt.Errorf("the manager did not become ready: %w%s", err, p.Tail())
+		return fmt.Errorf("the manager did not become ready: %w%s", err, p.Tail())
 	}
-	return p, nil
+	return nil
 }
 
-// Kill kills the manager with SIGKILL, as an OOM kill or a lost node would: no deferred
-// status patch runs and its leader lease is not released.
+// Runs is how many times the binary was started.
+func (p *Process) Runs() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.runs
+}
+
+// Kill kills the manager's current run with SIGKILL, as an OOM kill or a lost node would:
+// no deferred status patch runs and its leader lease is not released. With Restart, a
+// new run starts; otherwise Kill returns once the process is gone.
 func (p *Process) Kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-	p.done <- nil
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	if !p.restart {
+		<-p.exited
+	}
 }
 
-// Stop stops the manager as the kubelet does (SIGTERM; SIGKILL after 30 s).
+// Stop stops the manager as the kubelet does when a pod is deleted (SIGTERM; SIGKILL
+// after 30 s), and does not start it again.
 func (p *Process) Stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	p.mu.Lock()
+	p.stopping = true
+	cmd := p.cmd
+	p.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.done:
-		p.done <- nil
+	case <-p.exited:
 	case <-time.After(30 * time.Second):
-		p.Kill()
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-p.exited
 	}
 }
 
 // RSS is the manager's resident set size in bytes, from /proc.
 func (p *Process) RSS() (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	p.mu.Lock()
+	pid := p.cmd.Process.Pid
+	p.mu.Unlock()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
