@@ -74,3 +74,7 @@ docker-build: ## Build the manager image (needs a Docker engine).
 .PHONY: verify-generated
 verify-generated: generate manifests ## Fail when generated code or manifests are stale.
 	git diff --exit-code -- api config
+
+.PHONY: faults
+faults: ## Run the fault suite: plane apiserver/etcd loss, credential rotation, the manager SIGKILLed at every stage, the management apiserver restarted (prints each fault's figures).
+	KUBEBUILDER_ASSETS=$(TESTBIN) COMPUTEPLANE_FAULTS=1 go test -race -count=1 -v -timeout 30m ./test/faults/...

@@ -42,6 +42,8 @@ var KamajiControlPlaneGVK = schema.GroupVersionKind{
 type Provider struct {
 	Client client.Client
 	Scheme *runtime.Scheme
+	// TenantOptions shape every tenant apiserver (Audit, say).
+	TenantOptions testenv.TenantOptions
 
 	mu      sync.Mutex
 	tenants map[types.NamespacedName]*testenv.Cluster
@@ -145,7 +147,7 @@ func (p *Provider) ensureTenant(key types.NamespacedName) (*testenv.Cluster, err
 	if t := p.tenants[key]; t != nil {
 		return t, nil
 	}
-	t, err := testenv.StartTenant(p.Scheme)
+	t, err := testenv.StartTenantWith(p.Scheme, p.TenantOptions)
 	if err != nil {
 		return nil, fmt.Errorf("starting the tenant apiserver of %s: %w", key, err)
 	}

@@ -14,8 +14,8 @@ import (
 // Start runs the provider in a manager of its own with cfg's rights (an admin's: the
 // providers it stands in for are other components than the operator, which keeps only
 // its shipped RBAC), until ctx ends or stop is called. stop also stops every tenant
-// apiserver.
-func Start(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (p *Provider, stop func(), err error) {
+// apiserver. opts shape the Provider before it runs.
+func Start(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts ...func(*Provider)) (p *Provider, stop func(), err error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		// Suites and benchmarks start one per run, several in one process.
@@ -24,6 +24,9 @@ func Start(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (p *Pr
 		return nil, nil, err
 	}
 	p = &Provider{Client: mgr.GetClient(), Scheme: scheme}
+	for _, o := range opts {
+		o(p)
+	}
 	if err := p.SetupWithManager(mgr); err != nil {
 		return nil, nil, err
 	}

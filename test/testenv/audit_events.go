@@ -20,10 +20,12 @@ rules:
 
 // AuditEvent is one audited request (the fields tests read of audit.k8s.io/v1 Event).
 type AuditEvent struct {
-	Stage string `json:"stage"`
-	Verb  string `json:"verb"`
-	User  struct {
-		Username string `json:"username"`
+	Stage      string `json:"stage"`
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	User       struct {
+		Username string   `json:"username"`
+		Groups   []string `json:"groups"`
 	} `json:"user"`
 	ImpersonatedUser *struct {
 		Username string `json:"username"`

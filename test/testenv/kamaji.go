@@ -24,13 +24,17 @@ const (
 // status.kubeconfig.admin.secretName.
 func AdminKubeconfigSecretName(tcpName string) string { return tcpName + "-admin-kubeconfig" }
 
+// AdminUser is the user of a tenant's admin kubeconfig (kubeadm's super-admin).
+const AdminUser = "kubernetes-super-admin"
+
 // AdminKubeconfigSecret returns the admin kubeconfig Secret of a tenant cluster shaped as
 // Kamaji writes it for the TenantControlPlane namespace/name. The credential is a client
 // certificate in system:masters, as kubeadm's super-admin.conf is; on loopback the .svc
-// variants point at the same address.
-func AdminKubeconfigSecret(tenant *Cluster, namespace, name string) (*corev1.Secret, error) {
+// variants point at the same address. Extra groups tell one issued certificate from
+// another in a tenant's audit log (a rotation keeps the user name).
+func AdminKubeconfigSecret(tenant *Cluster, namespace, name string, groups ...string) (*corev1.Secret, error) {
 	user, err := tenant.Env.ControlPlane.AddUser(envtest.User{
-		Name: "kubernetes-super-admin", Groups: []string{"system:masters"},
+		Name: AdminUser, Groups: append([]string{"system:masters"}, groups...),
 	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("creating the tenant admin user: %w", err)
@@ -43,7 +47,7 @@ func AdminKubeconfigSecret(tenant *Cluster, namespace, name string) (*corev1.Sec
 	if err != nil {
 		return nil, err
 	}
-	kc := kubeadmShaped(cfg, name, "kubernetes-super-admin")
+	kc := kubeadmShaped(cfg, name, AdminUser)
 	data, err := clientcmd.Write(*kc)
 	if err != nil {
 		return nil, err

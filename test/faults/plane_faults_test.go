@@ -1,0 +1,182 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/test/testenv"
+)
+
+// TestPlaneAPIServerKilled: the plane's apiserver dies and, while it is down, another
+// cluster's apiserver comes up on its address (a rescheduled pod of someone else's
+// control plane, or an attacker). The gate closes after the grace; nothing of the
+// operator's reaches the impostor (the plane's CA does not vouch for it); the gate
+// opens again only once the plane itself is back.
+func TestPlaneAPIServerKilled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	p := newPlane(t, ctx)
+	waitFor(t, 2*time.Minute, readyIs(ctx, p, metav1.ConditionTrue))
+	tenant := tenantOf(t, ctx, p)
+	port := tenant.Env.ControlPlane.APIServer.SecurePort
+
+	killed := time.Now()
+	if err := tenant.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	impostor, err := testenv.StartTenantWith(scheme, testenv.TenantOptions{Audit: true, SecurePort: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = impostor.Stop() }()
+	waitFor(t, time.Minute, func() error {
+		if err := readyIs(ctx, p, metav1.ConditionFalse)(); err != nil {
+			return err
+		}
+		return gateClosed(ctx, p)
+	})
+	figure(t, "apiserver killed → gate closed", time.Since(killed))
+	// The impostor serves on the plane's address for a while: the operator keeps trying
+	// the plane there, and must neither talk to it nor open the gate.
+	hold := time.Now().Add(10 * time.Second)
+	for time.Now().Before(hold) {
+		if err := readyIs(ctx, p, metav1.ConditionFalse)(); err != nil {
+			t.Fatalf("the gate opened while an impostor served on the plane's address: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	events, err := testenv.ReadAudit(impostor.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events {
+		// The impostor's own start-up checks its health anonymously.
+		health := e.RequestURI == "/healthz" || e.RequestURI == "/readyz" || e.RequestURI == "/livez"
+		if u := e.User.Username; u == "kubernetes-super-admin" || (u == "system:anonymous" && !health) {
+			t.Errorf("the impostor was asked %s %s by %s: the operator talked to the wrong cluster", e.Verb, e.RequestURI, u)
+		}
+	}
+	if err := impostor.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	restarted := time.Now()
+	if err := tenant.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, readyIs(ctx, p, metav1.ConditionTrue))
+	figure(t, "apiserver restarted → Ready", time.Since(restarted))
+}
+
+// TestPlaneEtcdStopped: the plane's datastore dies while its apiserver still answers
+// /version. The gate closes after the grace and opens once etcd is back.
+func TestPlaneEtcdStopped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	p := newPlane(t, ctx)
+	waitFor(t, 2*time.Minute, readyIs(ctx, p, metav1.ConditionTrue))
+	tenant := tenantOf(t, ctx, p)
+	stopped := time.Now()
+	if err := tenant.StopEtcd(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, func() error {
+		if err := readyIs(ctx, p, metav1.ConditionFalse)(); err != nil {
+			return err
+		}
+		return gateClosed(ctx, p)
+	})
+	figure(t, "etcd stopped → gate closed (grace 8 s)", time.Since(stopped))
+	started := time.Now()
+	if err := tenant.StartEtcd(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, readyIs(ctx, p, metav1.ConditionTrue))
+	figure(t, "etcd started → Ready", time.Since(started))
+}
+
+// TestAdminKubeconfigRotated: Kamaji replaces the plane's admin kubeconfig (a new client
+// certificate for the same user, as its rotation does). The operator moves to the new
+// one at its next look, and the gate never closes. The rotated certificate carries an
+// extra group, so the plane's audit log tells which certificate each request used.
+func TestAdminKubeconfigRotated(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	p := newPlane(t, ctx)
+	waitFor(t, 2*time.Minute, readyIs(ctx, p, metav1.ConditionTrue))
+	tenant := tenantOf(t, ctx, p)
+
+	var closedSeen atomic.Int32
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		for watchCtx.Err() == nil {
+			if err := readyIs(watchCtx, p, metav1.ConditionTrue)(); err != nil && watchCtx.Err() == nil {
+				closedSeen.Add(1)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+
+	for i := range 2 {
+		group := fmt.Sprintf("computeplane-faults:rotation-%d", i)
+		rotateAdmin(t, ctx, p, tenant, group)
+		figure(t, fmt.Sprintf("rotation %d → operator's first request with the new certificate", i+1),
+			waitFor(t, time.Minute, usedCertificate(tenant, group)))
+	}
+	// A few more looks on the new credential.
+	time.Sleep(6 * time.Second)
+	stopWatch()
+	if n := closedSeen.Load(); n > 0 {
+		t.Errorf("the gate was seen closed %d times during the rotations", n)
+	}
+	if err := readyIs(ctx, p, metav1.ConditionTrue)(); err != nil {
+		t.Fatal(err)
+	}
+	note(t, "gate closed during two rotations", "never")
+}
+
+// rotateAdmin writes a new admin kubeconfig (a new client certificate for the same user,
+// with an extra group) into the Secret Kamaji keeps it in, as Kamaji's rotation does.
+func rotateAdmin(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, tenant *testenv.Cluster, group string) {
+	t.Helper()
+	fresh, err := testenv.AdminKubeconfigSecret(tenant, p.Status.InfrastructureNamespace, render.ClusterName(p), group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(fresh), secret); err != nil {
+		t.Fatal(err)
+	}
+	secret.Data = fresh.Data
+	if err := k8s.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// usedCertificate holds once the plane's audit log shows a request of the admin user
+// with the certificate that carries group.
+func usedCertificate(tenant *testenv.Cluster, group string) func() error {
+	return func() error {
+		events, err := testenv.ReadAudit(tenant.AuditLog)
+		if err != nil {
+			return err
+		}
+		for _, e := range events {
+			if e.User.Username == testenv.AdminUser && slices.Contains(e.User.Groups, group) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no request with the certificate of %s yet", group)
+	}
+}
