@@ -80,7 +80,8 @@ func run(m *testing.M) int {
 	// The dev provider runs in a manager of its own, so the operator can be restarted
 	// without taking the planes down.
 	var stopProvider func()
-	provider, stopProvider, err = devprovider.Start(ctx, mgmt.Config, scheme)
+	// Audited planes: the burst test reads who wrote what into each plane, and when.
+	provider, stopProvider, err = devprovider.Start(ctx, mgmt.Config, scheme, func(p *devprovider.Provider) { p.TenantOptions.Audit = true })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

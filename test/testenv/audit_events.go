@@ -30,13 +30,7 @@ type AuditEvent struct {
 	ImpersonatedUser *struct {
 		Username string `json:"username"`
 	} `json:"impersonatedUser"`
-	ObjectRef *struct {
-		APIGroup    string `json:"apiGroup"`
-		Resource    string `json:"resource"`
-		Subresource string `json:"subresource"`
-		Namespace   string `json:"namespace"`
-		Name        string `json:"name"`
-	} `json:"objectRef"`
+	ObjectRef      *AuditObjectRef `json:"objectRef"`
 	ResponseStatus *struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
@@ -44,6 +38,15 @@ type AuditEvent struct {
 	RequestReceived time.Time `json:"requestReceivedTimestamp"`
 	// StageTime is when the logged stage was reached (microseconds).
 	StageTime time.Time `json:"stageTimestamp"`
+}
+
+// AuditObjectRef is the object a request was about.
+type AuditObjectRef struct {
+	APIGroup    string `json:"apiGroup"`
+	Resource    string `json:"resource"`
+	Subresource string `json:"subresource"`
+	Namespace   string `json:"namespace"`
+	Name        string `json:"name"`
 }
 
 // Succeeded reports a completed request answered with a 2xx code.

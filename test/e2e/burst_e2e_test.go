@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/remote"
+	"github.com/cozystack/computeplane/test/testenv"
+)
+
+// applierUser is who the applier kubeconfig authenticates as in a plane.
+const applierUser = "system:serviceaccount:" + remote.ApplierNamespace + ":" + remote.ApplierName
+
+// burstSize is the burst's planes and releases per plane: 50 × 20 by default,
+// E2E_BURST=planes,releases for a quicker look.
+func burstSize(t *testing.T) (planes, releases int) {
+	planes, releases = 50, 20
+	if v := os.Getenv("E2E_BURST"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d,%d", &planes, &releases); err != nil {
+			t.Fatalf("E2E_BURST=%q: want planes,releases", v)
+		}
+	}
+	return planes, releases
+}
+
+// TestBurstWithFlappingGates: a burst of placement releases across many planes while
+// every other plane's gate flaps (a plane administrator deletes one of the operator's
+// admission policies; the operator closes the gate, restores the policy and opens it
+// again, backing off as drifts repeat). Every release ends installed, and the planes'
+// own audit logs show that the real Flux helm-controller wrote nothing into a plane
+// while its gate was closed: no write by the applier between the operator's revocation
+// (the applier ServiceAccount deleted) and its re-issue, and no re-issue before the
+// drifted policy was restored. The operator acts in a plane as its admin user
+// (testenv.AdminUser); the test drifts it as another.
+func TestBurstWithFlappingGates(t *testing.T) {
+	nPlanes, perPlane := burstSize(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+
+	start := time.Now()
+	planes := make([]*cpv1.ComputePlane, nPlanes)
+	for i := range planes {
+		planes[i] = newPlane(t, ctx)
+	}
+	for _, p := range planes {
+		eventually(t, 10*time.Minute, planeReady(ctx, p))
+	}
+	t.Logf("FIGURE %d planes created → all Ready: %s", nPlanes, time.Since(start).Round(time.Second))
+
+	burst := time.Now()
+	var releases []*helmv2.HelmRelease
+	for _, p := range planes {
+		for j := range perPlane {
+			hr := release(p.Namespace, "burst-"+strconv.Itoa(j), "app", "v1", func(hr *helmv2.HelmRelease) {
+				// A write refused mid-install (the gate closed under it) is retried.
+				hr.Spec.Install.Remediation = &helmv2.InstallRemediation{Retries: -1}
+				hr.Spec.Upgrade.Remediation = &helmv2.UpgradeRemediation{Retries: -1}
+			})
+			if err := k8s.Create(ctx, hr); err != nil {
+				t.Fatal(err)
+			}
+			releases = append(releases, hr)
+		}
+	}
+
+	// Every other plane flaps five times while the burst installs.
+	flaps := make([]int, nPlanes)
+	var wg sync.WaitGroup
+	for i := 0; i < nPlanes; i += 2 {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			flaps[i] = flap(t, ctx, planes[i], 5)
+		}(i)
+	}
+	wg.Wait()
+	for _, hr := range releases {
+		eventually(t, 10*time.Minute, releaseReady(ctx, hr))
+	}
+	t.Logf("FIGURE %d releases across %d planes, created → all installed (with flapping): %s",
+		len(releases), nPlanes, time.Since(burst).Round(time.Second))
+
+	var all gateAudit
+	drifts := 0
+	for i, p := range planes {
+		g := checkGateInAudit(t, ctx, p)
+		all.violations, all.writes, all.closings = all.violations+g.violations, all.writes+g.writes, all.closings+g.closings
+		all.detect = append(all.detect, g.detect...)
+		drifts += flaps[i]
+		if flaps[i] > 0 && g.closings == 0 {
+			t.Errorf("plane %s drifted %d times but its audit log shows no revocation", p.Namespace, flaps[i])
+		}
+	}
+	sort.Slice(all.detect, func(a, b int) bool { return all.detect[a] < all.detect[b] })
+	var sum time.Duration
+	for _, d := range all.detect {
+		sum += d
+	}
+	if n := len(all.detect); n > 0 {
+		t.Logf("FIGURE drift → credential revoked in the plane: mean %s, max %s (%d closings)",
+			(sum / time.Duration(n)).Round(time.Millisecond), all.detect[n-1].Round(time.Millisecond), n)
+	}
+	t.Logf("FIGURE flapping: %d drifts, %d gate closings in the planes' audit logs; %d writes by the applier, %d while a gate was closed",
+		drifts, all.closings, all.writes, all.violations)
+}
+
+// flap deletes one of the operator's admission policies in the plane n times, each time
+// once the gate has reopened, and returns how many drifts it made.
+func flap(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, n int) int {
+	plane := planeClient(t, ctx, p)
+	names := remote.PolicyNames()
+	done := 0
+	for i := range n {
+		time.Sleep(time.Duration(500+rand.IntN(1500)) * time.Millisecond)
+		vap := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		vap.Name = names[i%len(names)]
+		if err := plane.Delete(ctx, vap); client.IgnoreNotFound(err) != nil {
+			t.Errorf("drifting %s: %v", p.Namespace, err)
+			return done
+		}
+		done++
+		eventually(t, 5*time.Minute, planeReady(ctx, p))
+	}
+	return done
+}
+
+// gateAudit is what a plane's audit log says about its gate.
+type gateAudit struct {
+	// violations: writes by the applier while the gate was closed, and credentials issued
+	// after the operator had read the plane with a policy missing.
+	violations int
+	writes     int
+	closings   int
+	// detect is, per closing after a drift, drift → credential revoked.
+	detect []time.Duration
+}
+
+// checkGateInAudit reads a plane's audit log in the order its apiserver received the
+// requests. The gate is closed from the operator's deletion of the applier
+// ServiceAccount until it issues the applier a new token; a write by the applier in
+// between is a violation. A token issued while one of the operator's policies is
+// deleted is a violation when the operator had read the policies after the deletion
+// (it knew); before that it is the drift's detection time, which is measured.
+func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) gateAudit {
+	t.Helper()
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+		t.Fatal(err)
+	}
+	tenant := provider.Tenant(types.NamespacedName{Namespace: p.Status.InfrastructureNamespace, Name: render.ClusterName(p)})
+	events, err := testenv.ReadAudit(tenant.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.SliceStable(events, func(a, b int) bool { return events[a].RequestReceived.Before(events[b].RequestReceived) })
+	policies := map[string]bool{}
+	for _, n := range remote.PolicyNames() {
+		policies[n] = true
+	}
+	var (
+		g        gateAudit
+		closed   bool
+		missing  = map[string]time.Time{} // policy → when the test deleted it
+		lastRead time.Time                // the operator's last read of the policies
+		trail    []string
+	)
+	defer func() {
+		if t.Failed() {
+			t.Logf("plane %s: gate trail:\n%s", p.Namespace, strings.Join(trail, "\n"))
+		}
+	}()
+	applierSA := func(r *testenv.AuditObjectRef) bool {
+		return r.Resource == "serviceaccounts" && r.Namespace == remote.ApplierNamespace && r.Name == remote.ApplierName
+	}
+	for _, e := range events {
+		r := e.ObjectRef
+		if !e.Succeeded() || r == nil {
+			continue
+		}
+		at := e.RequestReceived
+		if r.Resource != "secrets" && r.Resource != "configmaps" && (e.Mutating() || r.Resource == "validatingadmissionpolicies") {
+			trail = append(trail, fmt.Sprintf("%s %s %s %s/%s %s/%s", at.Format("15:04:05.000000"), e.User.Username, e.Verb, r.Resource, r.Subresource, r.Namespace, r.Name))
+		}
+		switch {
+		case e.User.Username == applierUser:
+			if !e.Mutating() {
+				continue
+			}
+			g.writes++
+			if closed {
+				g.violations++
+				t.Errorf("plane %s: the applier %s %s %s/%s at %s while the gate was closed",
+					p.Namespace, e.Verb, r.Resource, r.Namespace, r.Name, at.Format(time.RFC3339Nano))
+			}
+		case e.User.Username != testenv.AdminUser:
+			// The test's own drifts.
+			if r.Resource == "validatingadmissionpolicies" && policies[r.Name] && e.Verb == "delete" {
+				missing[r.Name] = at
+			}
+		case r.Resource == "validatingadmissionpolicies":
+			if e.Mutating() && policies[r.Name] && e.Verb != "delete" {
+				delete(missing, r.Name) // restored
+			} else if !e.Mutating() {
+				lastRead = at
+			}
+		case applierSA(r) && e.Verb == "delete":
+			if !closed {
+				g.closings++
+				if first := earliest(missing); !first.IsZero() {
+					g.detect = append(g.detect, at.Sub(first))
+				}
+			}
+			closed = true
+		case applierSA(r) && e.Verb == "create" && r.Subresource == "token":
+			for name, since := range missing {
+				if lastRead.After(since) {
+					g.violations++
+					t.Errorf("plane %s: the applier was issued a token at %s although the operator had read the policies at %s, after %s was deleted (%s)",
+						p.Namespace, at.Format(time.RFC3339Nano), lastRead.Format(time.RFC3339Nano), name, since.Format(time.RFC3339Nano))
+				}
+			}
+			closed = false
+		}
+	}
+	return g
+}
+
+func earliest(m map[string]time.Time) time.Time {
+	var first time.Time
+	for _, t := range m {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	return first
+}
+
+func sorted(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
