@@ -34,8 +34,8 @@ var stageOrder = []string{
 }
 
 // provisioningPoints names where a plane's provisioning is, by what the test can see of
-// it: the first stage not yet True, and the first write of each stage. ok is false once
-// the plane is Ready.
+// it: the first stage not yet True, and the first write of each stage; ready once the
+// plane is Ready.
 func provisioningPoints(ctx context.Context, p *cpv1.ComputePlane) (points []string, ready bool) {
 	got := &cpv1.ComputePlane{}
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
@@ -168,8 +168,6 @@ func TestManagerKilledAtEveryStage(t *testing.T) {
 	checkNothingLeft(t, ctx, p, infra)
 }
 
-func contains(list []string, s string) bool { return slices.Contains(list, s) }
-
 // teardownPoints names where a plane's teardown is: the stage it waits on (Reconciling's
 // reason), and each step done that the test can see. done once the plane is gone.
 func teardownPoints(ctx context.Context, p *cpv1.ComputePlane, tenant *testenv.Cluster) ([]string, bool) {
@@ -277,7 +275,7 @@ func TestManagementAPIServerRestarted(t *testing.T) {
 
 	p := newPlane(t, ctx)
 	waitFor(t, time.Minute, func() error {
-		if pts, _ := provisioningPoints(ctx, p); !contains(pts, "Cluster created") {
+		if pts, _ := provisioningPoints(ctx, p); !slices.Contains(pts, "Cluster created") {
 			return fmt.Errorf("not yet provisioning: %v", pts)
 		}
 		return nil
@@ -291,7 +289,7 @@ func TestManagementAPIServerRestarted(t *testing.T) {
 	restarted = time.Now()
 	waitFor(t, 2*time.Minute, readyIs(ctx, p, metav1.ConditionTrue))
 	waitFor(t, 2*time.Minute, readyIs(ctx, ref, metav1.ConditionTrue))
-	figure(t, "restarted with planes Ready (10 s down) → both Ready", time.Since(restarted))
+	figure(t, "restarted with planes Ready (10 s down) → both seen Ready", time.Since(restarted))
 
 	gotMgmt, gotPlane := inventory(t, ctx, p, tenantOf(t, ctx, p).Config)
 	sameInventory(t, "management", refMgmt, gotMgmt)
