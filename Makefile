@@ -43,7 +43,7 @@ demo: ## Run the embedded default: a local management apiserver, the manager and
 
 .PHONY: e2e
 e2e: ## Run placement end to end with the real Flux helm-controller (built once, see test/tools/flux.sh).
-	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) go test -race -count=1 -v -timeout 20m ./test/e2e/...
+	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) go test -race -count=1 -v -timeout 45m ./test/e2e/...
 
 .PHONY: kind-e2e
 kind-e2e: ## Run the kind end-to-end path: real Kamaji/KubeVirt/CAPI/Flux, the Helm chart, one plane (needs Docker; about an hour).

@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -53,7 +54,8 @@ type Provider struct {
 func (p *Provider) SetupWithManager(mgr ctrl.Manager) error {
 	kcp := &unstructured.Unstructured{}
 	kcp.SetGroupVersionKind(KamajiControlPlaneGVK)
-	return ctrl.NewControllerManagedBy(mgr).Named("devprovider").For(kcp).Complete(p)
+	return ctrl.NewControllerManagedBy(mgr).Named("devprovider").For(kcp).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).Complete(p)
 }
 
 // Tenant returns the running apiserver of a KamajiControlPlane, or nil.
@@ -141,16 +143,19 @@ func (p *Provider) reportCluster(ctx context.Context, key types.NamespacedName) 
 	return ctrl.Result{}, p.Client.Status().Patch(ctx, cluster, patch)
 }
 
+// ensureTenant starts the KamajiControlPlane's apiserver once. Reconciles of one key
+// never run at once, so the lock is not held while an apiserver starts: several planes
+// come up side by side.
 func (p *Provider) ensureTenant(key types.NamespacedName) (*testenv.Cluster, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if t := p.tenants[key]; t != nil {
+	if t := p.Tenant(key); t != nil {
 		return t, nil
 	}
 	t, err := testenv.StartTenantWith(p.Scheme, p.TenantOptions)
 	if err != nil {
 		return nil, fmt.Errorf("starting the tenant apiserver of %s: %w", key, err)
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.tenants == nil {
 		p.tenants = map[types.NamespacedName]*testenv.Cluster{}
 	}
