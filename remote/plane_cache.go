@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -17,7 +18,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
 // Plane is a live connection to one ComputePlane's API server.
@@ -287,7 +287,8 @@ func (c *ClusterCache) watch(ctx context.Context, e *entry) error {
 	case <-ctx.Done():
 		return fmt.Errorf("the cluster cache has not been started: %w", ctx.Err())
 	}
-	opts := cache.Options{Scheme: c.Scheme, Mapper: e.mapper, DefaultLabelSelector: c.WatchSelector}
+	opts := cache.Options{Scheme: c.Scheme, Mapper: e.mapper, DefaultLabelSelector: c.WatchSelector,
+		DefaultTransform: eventOnly}
 	if c.WatchSelector != nil {
 		opts.ByObject = map[client.Object]cache.ByObject{&corev1.Namespace{}: {Label: labels.Everything()}}
 	}
@@ -368,6 +369,30 @@ func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 	return &e.plane, nil
 }
 
+// eventOnly is the plane informers' transform: they only tell the controller that
+// something of the plane changed (the operator reads a plane directly, never from these
+// caches), so they keep of each object its identity, version and labels, not its
+// content (a policy's CEL, the managed fields).
+func eventOnly(obj any) (any, error) {
+	o, ok := obj.(client.Object)
+	if !ok {
+		return obj, nil
+	}
+	out, ok := reflect.New(reflect.TypeOf(o).Elem()).Interface().(client.Object)
+	if !ok {
+		return obj, nil
+	}
+	out.GetObjectKind().SetGroupVersionKind(o.GetObjectKind().GroupVersionKind())
+	out.SetName(o.GetName())
+	out.SetNamespace(o.GetNamespace())
+	out.SetUID(o.GetUID())
+	out.SetResourceVersion(o.GetResourceVersion())
+	out.SetGeneration(o.GetGeneration())
+	out.SetLabels(o.GetLabels())
+	out.SetDeletionTimestamp(o.GetDeletionTimestamp())
+	return out, nil
+}
+
 // readsFromStorage reads one object with a quorum read (a GET without a resource
 // version goes to etcd, not to the API server's watch cache). NotFound is an answer too.
 func readsFromStorage(ctx context.Context, c client.Client) error {
@@ -384,16 +409,17 @@ func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*
 	cfg := rest.CopyConfig(watchCfg)
 	cfg.Timeout = c.Timeout
 	// One HTTP client and one RESTMapper per plane, shared by its client, the canary and
-	// its informers: a mapper holds the plane's whole discovery (hundreds of kilobytes
-	// once loaded), and one each would triple it for every plane.
+	// its informers; the mapper discovers only the group-versions the operator uses
+	// (planeMapper).
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
 	}
-	mapper, err := apiutil.NewDynamicRESTMapper(cfg, httpClient)
+	disco, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return nil, err
 	}
+	mapper := newPlaneMapper(disco)
 	cl, err := client.New(cfg, client.Options{Scheme: c.Scheme, HTTPClient: httpClient, Mapper: mapper})
 	if err != nil {
 		return nil, err
@@ -401,10 +427,6 @@ func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*
 	canaryCfg := rest.CopyConfig(cfg)
 	canaryCfg.Impersonate = rest.ImpersonationConfig{UserName: CanaryUser, Groups: []string{"system:masters"}}
 	canary, err := client.New(canaryCfg, client.Options{Scheme: c.Scheme, Mapper: mapper})
-	if err != nil {
-		return nil, err
-	}
-	disco, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return nil, err
 	}
