@@ -96,7 +96,11 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	proc, err := operatortest.StartProcess(ctx, mgmt, operatortest.ProcessOptions{Args: []string{"--pprof-bind-address=" + pprofAddr}})
+	args := []string{"--pprof-bind-address=" + pprofAddr}
+	// FLEET_MANAGER_ARGS adds flags (space-separated), e.g. --leader-elect=false when the
+	// machine is so loaded that the lease cannot be renewed within its 5 s timeout.
+	args = append(args, strings.Fields(os.Getenv("FLEET_MANAGER_ARGS"))...)
+	proc, err := operatortest.StartProcess(ctx, mgmt, operatortest.ProcessOptions{Args: args})
 	if err != nil {
 		b.Fatal(err)
 	}
