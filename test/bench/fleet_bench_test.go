@@ -230,11 +230,11 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	b.ReportMetric(restDrifts, "drifts-at-rest")
 	reconciles := m1["controller_runtime_reconcile_total"] - m0["controller_runtime_reconcile_total"]
 	b.ReportMetric(reconciles/minutes/float64(n), "reconciles/min/plane")
-	b.Logf("%d planes on %d shared tenant apiservers; rest window %s", n, shared, t1.Sub(t0).Round(time.Second))
-	b.Logf("memory over the rest window (max / last): RSS %.1f / %.1f MiB, heap in use %.1f / %.1f MiB, heap alloc %.1f / %.1f MiB, Go sys %.1f MiB; idle before any plane: RSS %.1f MiB",
+	fmt.Fprintf(os.Stderr, "planes=%d: %d shared tenant apiservers; rest window %s\n", n, shared, t1.Sub(t0).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "planes=%d: memory over the rest window (max / last): RSS %.1f / %.1f MiB, heap in use %.1f / %.1f MiB, heap alloc %.1f / %.1f MiB, Go sys %.1f MiB; idle before any plane: RSS %.1f MiB\n", n,
 		mib(maxM.rss), mib(last.rss), mib(maxM.heapInuse), mib(last.heapInuse), mib(maxM.heapAlloc), mib(last.heapAlloc), mib(maxM.sys), mib(idle.rss))
-	b.Logf("goroutines %.0f (idle %.0f), their stacks %.1f MiB (idle %.1f MiB)", maxM.goroutines, idle.goroutines, mib(maxM.stacks), mib(idle.stacks))
-	b.Logf("drift repairs: %.0f over the whole run, %.0f at rest", drifts, restDrifts)
+	fmt.Fprintf(os.Stderr, "planes=%d: goroutines %.0f (idle %.0f), their stacks %.1f MiB (idle %.1f MiB)\n", n, maxM.goroutines, idle.goroutines, mib(maxM.stacks), mib(idle.stacks))
+	fmt.Fprintf(os.Stderr, "planes=%d: drift repairs: %.0f over the whole run, %.0f at rest\n", n, drifts, restDrifts)
 	// The breakdowns go to stderr: a benchmark's log is cut after a few lines.
 	fmt.Fprintf(os.Stderr, "planes=%d: management apiserver, operator's requests at rest: %.1f/min (%d, of which %d writes)\n%s", n,
 		float64(mgmtReqs.total)/minutes, mgmtReqs.total, mgmtReqs.writes, mgmtReqs.breakdown(minutes, 1))
