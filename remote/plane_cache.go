@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -93,9 +95,12 @@ type ClusterCache struct {
 }
 
 type entry struct {
-	key          types.NamespacedName
-	hash         string
+	key  types.NamespacedName
+	hash string
+	// config is for the informers (no client timeout); mapper is shared by the plane's
+	// clients and informers.
 	config       *rest.Config
+	mapper       meta.RESTMapper
 	plane        Plane
 	disco        discovery.DiscoveryInterface
 	probedAt     time.Time
@@ -282,7 +287,8 @@ func (c *ClusterCache) watch(ctx context.Context, e *entry) error {
 	case <-ctx.Done():
 		return fmt.Errorf("the cluster cache has not been started: %w", ctx.Err())
 	}
-	opts := cache.Options{Scheme: c.Scheme, DefaultLabelSelector: c.WatchSelector}
+	opts := cache.Options{Scheme: c.Scheme, Mapper: e.mapper, DefaultLabelSelector: c.WatchSelector,
+		DefaultTransform: eventOnly}
 	if c.WatchSelector != nil {
 		opts.ByObject = map[client.Object]cache.ByObject{&corev1.Namespace{}: {Label: labels.Everything()}}
 	}
@@ -363,6 +369,30 @@ func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 	return &e.plane, nil
 }
 
+// eventOnly is the plane informers' transform: they only tell the controller that
+// something of the plane changed (the operator reads a plane directly, never from these
+// caches), so they keep of each object its identity, version and labels, not its
+// content (a policy's CEL, the managed fields).
+func eventOnly(obj any) (any, error) {
+	o, ok := obj.(client.Object)
+	if !ok {
+		return obj, nil
+	}
+	out, ok := reflect.New(reflect.TypeOf(o).Elem()).Interface().(client.Object)
+	if !ok {
+		return obj, nil
+	}
+	out.GetObjectKind().SetGroupVersionKind(o.GetObjectKind().GroupVersionKind())
+	out.SetName(o.GetName())
+	out.SetNamespace(o.GetNamespace())
+	out.SetUID(o.GetUID())
+	out.SetResourceVersion(o.GetResourceVersion())
+	out.SetGeneration(o.GetGeneration())
+	out.SetLabels(o.GetLabels())
+	out.SetDeletionTimestamp(o.GetDeletionTimestamp())
+	return out, nil
+}
+
 // readsFromStorage reads one object with a quorum read (a GET without a resource
 // version goes to etcd, not to the API server's watch cache). NotFound is an answer too.
 func readsFromStorage(ctx context.Context, c client.Client) error {
@@ -370,22 +400,36 @@ func readsFromStorage(ctx context.Context, c client.Client) error {
 }
 
 func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*entry, error) {
-	cfg := cred.RESTConfig()
+	// The informers' configuration has no client timeout: a watch is a request that
+	// lasts minutes, and a timeout on it would end every watch after Timeout and open
+	// it again (a dead connection is found by the HTTP/2 health check instead, and a
+	// plane that stops answering is disconnected by the probe).
+	watchCfg := cred.RESTConfig()
+	watchCfg.QPS, watchCfg.Burst = 50, 100
+	cfg := rest.CopyConfig(watchCfg)
 	cfg.Timeout = c.Timeout
-	cfg.QPS, cfg.Burst = 50, 100
-	cl, err := client.New(cfg, client.Options{Scheme: c.Scheme})
+	// One HTTP client and one RESTMapper per plane, shared by its client, the canary and
+	// its informers; the mapper discovers only the group-versions the operator uses
+	// (planeMapper).
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	mapper := newPlaneMapper(disco)
+	cl, err := client.New(cfg, client.Options{Scheme: c.Scheme, HTTPClient: httpClient, Mapper: mapper})
 	if err != nil {
 		return nil, err
 	}
 	canaryCfg := rest.CopyConfig(cfg)
 	canaryCfg.Impersonate = rest.ImpersonationConfig{UserName: CanaryUser, Groups: []string{"system:masters"}}
-	canary, err := client.New(canaryCfg, client.Options{Scheme: c.Scheme})
+	canary, err := client.New(canaryCfg, client.Options{Scheme: c.Scheme, Mapper: mapper})
 	if err != nil {
 		return nil, err
 	}
-	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &entry{key: key, hash: cred.Hash, config: cfg, plane: Plane{Client: cl, Canary: canary, Identity: cred.Identity}, disco: disco}, nil
+	return &entry{key: key, hash: cred.Hash, config: watchCfg, mapper: mapper,
+		plane: Plane{Client: cl, Canary: canary, Identity: cred.Identity}, disco: disco}, nil
 }

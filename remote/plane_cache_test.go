@@ -209,3 +209,55 @@ func TestPlaneInformersAreScoped(t *testing.T) {
 		}
 	}
 }
+
+// TestPlaneWatchesOutliveTheTimeout: the request timeout bounds the operator's requests
+// to a plane, not its watches: a plane's informers keep one watch open past it (they
+// neither reopen it every Timeout nor miss what happens meanwhile).
+func TestPlaneWatchesOutliveTheTimeout(t *testing.T) {
+	scheme := testScheme(t)
+	tenant, err := testenv.StartTenantWith(scheme, testenv.TenantOptions{Audit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Stop() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	got := make(chan cache.Cache, 1)
+	pc := &remote.ClusterCache{Scheme: scheme, Timeout: time.Second, ProbeInterval: time.Second, Grace: 10 * time.Second,
+		OnConnect: func(_ types.NamespacedName, c cache.Cache) error {
+			if _, err := c.GetInformer(ctx, &corev1.Namespace{}); err != nil {
+				return err
+			}
+			got <- c
+			return nil
+		}}
+	go func() { _ = pc.Start(ctx) }()
+	if _, err := pc.Get(ctx, types.NamespacedName{Namespace: "tenant-a", Name: "a"}, credential(t, tenant)); err != nil {
+		t.Fatal(err)
+	}
+	informers := <-got
+	if !informers.WaitForCacheSync(ctx) {
+		t.Fatal("the plane's informers did not start")
+	}
+	time.Sleep(4 * time.Second)
+	if err := tenant.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "later"}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		return informers.Get(ctx, types.NamespacedName{Name: "later"}, &corev1.Namespace{})
+	})
+	events, err := testenv.ReadAudit(tenant.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watches := 0
+	for _, ev := range events {
+		if ev.Verb == "watch" && ev.Stage == "ResponseStarted" && ev.ObjectRef != nil && ev.ObjectRef.Resource == "namespaces" {
+			watches++
+		}
+	}
+	if watches != 1 {
+		t.Errorf("the namespace informer opened %d watches in 5 s with a 1 s request timeout, want 1", watches)
+	}
+}

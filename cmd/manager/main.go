@@ -22,6 +22,7 @@ import (
 func main() {
 	var (
 		metricsAddr, probeAddr, leaderNS, certDir string
+		pprofAddr                                 string
 		watchSelector                             string
 		leaderElect, webhooks, reconcileRequests  bool
 		secureMetrics                             bool
@@ -34,6 +35,8 @@ func main() {
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,
 		"Serve metrics over HTTPS to callers the management API server authenticates and authorizes (get on the /metrics non-resource URL, as the computeplane-metrics-reader ClusterRole grants).")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "",
+		"Address of the Go profiling endpoints (/debug/pprof/), to find what holds the manager's memory; empty (the default) disables them. They are not authenticated: bind them to loopback (127.0.0.1:6060) and port-forward.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles.")
 	flag.StringVar(&leaderNS, "leader-election-namespace", "", "Namespace of the leader lease; empty means the pod's namespace.")
 	// As Flux's controllers name them: how long a replica that died (and so did not
@@ -73,6 +76,7 @@ func main() {
 		Cache:                         controllers.CacheOptions(),
 		Metrics:                       controllers.MetricsServerOptions(metricsAddr, secureMetrics),
 		HealthProbeBindAddress:        probeAddr,
+		PprofBindAddress:              pprofAddr,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              controllers.LeaderElectionIDFor(shard),
 		LeaderElectionNamespace:       leaderNS,

@@ -5,6 +5,9 @@
 // TenantControlPlane with Kamaji's status, the admin kubeconfig Secret Kamaji writes, and
 // the KamajiControlPlane's status. The demo and the e2e scenarios use it; production
 // never does.
+//
+// With Shared set, a few apiservers serve every plane (for fleet-scale measurements;
+// see Provider.Shared).
 package devprovider
 
 import (
@@ -39,15 +42,35 @@ var KamajiControlPlaneGVK = schema.GroupVersionKind{
 	Group: "controlplane.cluster.x-k8s.io", Version: "v1alpha2", Kind: "KamajiControlPlane",
 }
 
-// Provider runs one tenant apiserver per KamajiControlPlane.
+// Provider runs one tenant apiserver per KamajiControlPlane, or, with Shared, a few
+// apiservers for all of them.
 type Provider struct {
 	Client client.Client
 	Scheme *runtime.Scheme
-	// TenantOptions shape every tenant apiserver (Audit, say).
+
+	// Shared, when > 0, serves the KamajiControlPlanes from that many tenant apiservers
+	// (started lazily; planes assigned round-robin in the order the provider first sees
+	// them) instead of one each, so a fleet of hundreds of Ready planes fits one machine.
+	// Every plane still gets its own TenantControlPlane, status, admin kubeconfig Secret
+	// and endpoint, so the operator keeps one connection, one client and one informer
+	// set per plane exactly as with separate clusters. The endpoint is a view of the
+	// shared apiserver that maps the plane's tenant namespace and UID onto those of the
+	// first plane that apiserver served (see sharedServer for why): every plane of a
+	// class then reads and writes the same objects, and the figures per plane are those
+	// of a plane alone in its cluster. Shared planes must have the same name and tenant
+	// namespaces of the same length that are no substring of one another (fleet-0001,
+	// fleet-0002, ...). A plane's deletion closes its view only; Stop stops every
+	// apiserver. The views ask for JSON (they rewrite it), where a direct connection
+	// would use protobuf for built-in kinds.
+	Shared int
+	// TenantOptions shape the tenant apiservers the provider starts (Audit, say).
 	TenantOptions testenv.TenantOptions
 
 	mu      sync.Mutex
 	tenants map[types.NamespacedName]*testenv.Cluster
+	pool    []*sharedServer
+	views   map[types.NamespacedName]*view
+	seen    int
 }
 
 // SetupWithManager registers the provider's controller.
@@ -58,16 +81,40 @@ func (p *Provider) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).Complete(p)
 }
 
-// Tenant returns the running apiserver of a KamajiControlPlane, or nil.
+// Tenant returns the running apiserver of a KamajiControlPlane (in shared mode, the
+// apiserver its view reaches), or nil.
 func (p *Provider) Tenant(key types.NamespacedName) *testenv.Cluster {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if v := p.views[key]; v != nil {
+		return p.pool[v.group].tenant
+	}
 	return p.tenants[key]
 }
 
+// SharedTenants returns the shared apiservers started so far (Shared), in order.
+func (p *Provider) SharedTenants() []*testenv.Cluster {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*testenv.Cluster, len(p.pool))
+	for i, s := range p.pool {
+		out[i] = s.tenant
+	}
+	return out
+}
+
 // StopTenant stops one tenant apiserver, as if the control plane crashed. It returns
-// once the apiserver is down, and only then forgets it.
+// once the apiserver is down, and only then forgets it. In shared mode it closes the
+// plane's view (its endpoint stops answering) and leaves the shared apiserver running.
 func (p *Provider) StopTenant(key types.NamespacedName) error {
+	p.mu.Lock()
+	if v := p.views[key]; v != nil {
+		delete(p.views, key)
+		p.mu.Unlock()
+		v.close()
+		return nil
+	}
+	p.mu.Unlock()
 	t := p.Tenant(key)
 	if err := t.Stop(); err != nil {
 		return err
@@ -81,11 +128,17 @@ func (p *Provider) StopTenant(key types.NamespacedName) error {
 // Stop stops every tenant apiserver.
 func (p *Provider) Stop() {
 	p.mu.Lock()
-	tenants := p.tenants
-	p.tenants = nil
+	tenants, views, pool := p.tenants, p.views, p.pool
+	p.tenants, p.views, p.pool = nil, nil, nil
 	p.mu.Unlock()
+	for _, v := range views {
+		v.close()
+	}
 	for _, t := range tenants {
 		_ = t.Stop()
+	}
+	for _, s := range pool {
+		_ = s.tenant.Stop()
 	}
 }
 
@@ -104,15 +157,15 @@ func (p *Provider) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 	}
 	version, _, _ := unstructured.NestedString(kcp.Object, "spec", "version")
 
-	tenant, err := p.ensureTenant(req.NamespacedName)
+	tenant, host, caPEM, err := p.endpointFor(req.NamespacedName, kcp)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	secretName, err := p.ensureAdminKubeconfig(ctx, tenant, kcp)
+	secretName, err := p.ensureAdminKubeconfig(ctx, tenant, kcp, host, caPEM)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	endpoint, err := url.Parse(tenant.Config.Host)
+	endpoint, err := url.Parse(host)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -143,6 +196,29 @@ func (p *Provider) reportCluster(ctx context.Context, key types.NamespacedName) 
 	return ctrl.Result{}, p.Client.Status().Patch(ctx, cluster, patch)
 }
 
+// endpointFor returns the apiserver serving the KamajiControlPlane, the endpoint to
+// report and, for a shared apiserver's view, the CA that endpoint serves with.
+func (p *Provider) endpointFor(key types.NamespacedName, kcp *unstructured.Unstructured) (*testenv.Cluster, string, []byte, error) {
+	if p.Shared <= 0 {
+		t, err := p.ensureTenant(key)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return t, t.Config.Host, nil, nil
+	}
+	id, err := identityOf(kcp)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, s, err := p.sharedFor(key, id)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return s.tenant, v.server.URL, v.caPEM, nil
+}
+
 // ensureTenant starts the KamajiControlPlane's apiserver once. Reconciles of one key
 // never run at once, so the lock is not held while an apiserver starts: several planes
 // come up side by side.
@@ -166,26 +242,31 @@ func (p *Provider) ensureTenant(key types.NamespacedName) (*testenv.Cluster, err
 // ensureAdminKubeconfig writes Kamaji's admin kubeconfig Secret once per tenant
 // apiserver: a restarted apiserver gets new certificates, so a Secret from an earlier
 // one is replaced, as Kamaji rotates it.
-func (p *Provider) ensureAdminKubeconfig(ctx context.Context, tenant *testenv.Cluster, kcp *unstructured.Unstructured) (string, error) {
+func (p *Provider) ensureAdminKubeconfig(ctx context.Context, tenant *testenv.Cluster, kcp *unstructured.Unstructured, host string, caPEM []byte) (string, error) {
 	name := testenv.AdminKubeconfigSecretName(kcp.GetName())
 	existing := &corev1.Secret{}
 	err := p.Client.Get(ctx, client.ObjectKey{Namespace: kcp.GetNamespace(), Name: name}, existing)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return "", err
 	}
-	if err == nil && existing.Annotations[tenantAnnotation] == tenant.Config.Host {
+	if err == nil && existing.Annotations[tenantAnnotation] == host {
 		return name, nil
 	}
 	want, kerr := testenv.AdminKubeconfigSecret(tenant, kcp.GetNamespace(), kcp.GetName())
 	if kerr != nil {
 		return "", kerr
 	}
-	metav1.SetMetaDataAnnotation(&want.ObjectMeta, tenantAnnotation, tenant.Config.Host)
+	if caPEM != nil {
+		if kerr := pointAt(want, host, caPEM); kerr != nil {
+			return "", kerr
+		}
+	}
+	metav1.SetMetaDataAnnotation(&want.ObjectMeta, tenantAnnotation, host)
 	if apierrors.IsNotFound(err) {
 		return name, p.Client.Create(ctx, want)
 	}
 	existing.Data = want.Data
-	metav1.SetMetaDataAnnotation(&existing.ObjectMeta, tenantAnnotation, tenant.Config.Host)
+	metav1.SetMetaDataAnnotation(&existing.ObjectMeta, tenantAnnotation, host)
 	return name, p.Client.Update(ctx, existing)
 }
 

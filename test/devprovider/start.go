@@ -9,13 +9,26 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // Start runs the provider in a manager of its own with cfg's rights (an admin's: the
 // providers it stands in for are other components than the operator, which keeps only
 // its shipped RBAC), until ctx ends or stop is called. stop also stops every tenant
-// apiserver. opts shape the Provider before it runs.
-func Start(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts ...func(*Provider)) (p *Provider, stop func(), err error) {
+// apiserver.
+func Start(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (p *Provider, stop func(), err error) {
+	return StartWith(ctx, cfg, scheme, Options{})
+}
+
+// Options shape a provider Start runs (the Provider fields of the same names).
+type Options struct {
+	Shared int
+	Tenant testenv.TenantOptions
+}
+
+// StartWith is Start with options.
+func StartWith(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o Options) (p *Provider, stop func(), err error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		// Suites and benchmarks start one per run, several in one process.
@@ -23,10 +36,7 @@ func Start(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts .
 	if err != nil {
 		return nil, nil, err
 	}
-	p = &Provider{Client: mgr.GetClient(), Scheme: scheme}
-	for _, o := range opts {
-		o(p)
-	}
+	p = &Provider{Client: mgr.GetClient(), Scheme: scheme, Shared: o.Shared, TenantOptions: o.Tenant}
 	if err := p.SetupWithManager(mgr); err != nil {
 		return nil, nil, err
 	}

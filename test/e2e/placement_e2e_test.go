@@ -81,7 +81,7 @@ func run(m *testing.M) int {
 	// without taking the planes down.
 	var stopProvider func()
 	// Audited planes: the burst test reads who wrote what into each plane, and when.
-	provider, stopProvider, err = devprovider.Start(ctx, mgmt.Config, scheme, func(p *devprovider.Provider) { p.TenantOptions.Audit = true })
+	provider, stopProvider, err = devprovider.StartWith(ctx, mgmt.Config, scheme, devprovider.Options{Tenant: testenv.TenantOptions{Audit: true}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -78,8 +78,8 @@ func run(m *testing.M) int {
 	var stopProvider func()
 	// Audited planes: a test tells from a plane's log who asked it what, with which
 	// certificate.
-	audited := func(p *devprovider.Provider) { p.TenantOptions.Audit = true }
-	if provider, stopProvider, err = devprovider.Start(ctx, mgmt.Config, scheme, audited); err != nil {
+	audited := devprovider.Options{Tenant: testenv.TenantOptions{Audit: true}}
+	if provider, stopProvider, err = devprovider.StartWith(ctx, mgmt.Config, scheme, audited); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -1,0 +1,160 @@
+package remote
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+)
+
+// planeMapper is a plane's RESTMapper that asks the plane's discovery for one
+// group-version at a time, when the operator first uses a kind of it, and keeps only
+// that group-version's resources. controller-runtime's dynamic mapper loads the plane's
+// whole aggregated discovery (every group, a few hundred kilobytes of maps per plane)
+// although the operator uses a handful of built-in groups; with hundreds of planes
+// that was the largest part of the manager's heap. A kind the plane does not serve is
+// a NoKindMatchError, as with the dynamic mapper (and looked up again after a minute).
+type planeMapper struct {
+	disco discovery.DiscoveryInterface
+
+	mu  sync.Mutex
+	gvs map[schema.GroupVersion]*servedResources
+}
+
+type servedResources struct {
+	// byKind holds the group-version's resources (no subresources); nil when the plane
+	// does not serve the group-version.
+	byKind map[string]metav1.APIResource
+	// missingAt is when the plane answered that it does not serve it.
+	missingAt time.Time
+}
+
+const missingRecheck = time.Minute
+
+func newPlaneMapper(disco discovery.DiscoveryInterface) *planeMapper {
+	return &planeMapper{disco: disco, gvs: map[schema.GroupVersion]*servedResources{}}
+}
+
+func (m *planeMapper) resources(gv schema.GroupVersion) (map[string]metav1.APIResource, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.gvs[gv]; s != nil && (s.byKind != nil || time.Since(s.missingAt) < missingRecheck) {
+		return s.byKind, nil
+	}
+	list, err := m.disco.ServerResourcesForGroupVersion(gv.String())
+	if apierrors.IsNotFound(err) {
+		m.gvs[gv] = &servedResources{missingAt: time.Now()}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	byKind := map[string]metav1.APIResource{}
+	for _, r := range list.APIResources {
+		if !strings.Contains(r.Name, "/") {
+			byKind[r.Kind] = r
+		}
+	}
+	m.gvs[gv] = &servedResources{byKind: byKind}
+	return byKind, nil
+}
+
+func (m *planeMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
+	if len(versions) == 0 {
+		return nil, fmt.Errorf("mapping %s: the plane's mapper needs a version", gk)
+	}
+	for _, v := range versions {
+		gv := schema.GroupVersion{Group: gk.Group, Version: v}
+		byKind, err := m.resources(gv)
+		if err != nil {
+			return nil, err
+		}
+		if r, ok := byKind[gk.Kind]; ok {
+			scope := meta.RESTScopeRoot
+			if r.Namespaced {
+				scope = meta.RESTScopeNamespace
+			}
+			return &meta.RESTMapping{Resource: gv.WithResource(r.Name), GroupVersionKind: gv.WithKind(gk.Kind), Scope: scope}, nil
+		}
+	}
+	return nil, &meta.NoKindMatchError{GroupKind: gk, SearchedVersions: versions}
+}
+
+func (m *planeMapper) RESTMappings(gk schema.GroupKind, versions ...string) ([]*meta.RESTMapping, error) {
+	mapping, err := m.RESTMapping(gk, versions...)
+	if err != nil {
+		return nil, err
+	}
+	return []*meta.RESTMapping{mapping}, nil
+}
+
+// find returns the resource a fully qualified GroupVersionResource names (plural or
+// singular).
+func (m *planeMapper) find(resource schema.GroupVersionResource) (metav1.APIResource, error) {
+	if resource.Version == "" {
+		return metav1.APIResource{}, fmt.Errorf("mapping %s: the plane's mapper needs a version", resource)
+	}
+	byKind, err := m.resources(resource.GroupVersion())
+	if err != nil {
+		return metav1.APIResource{}, err
+	}
+	for _, r := range byKind {
+		if r.Name == resource.Resource || r.SingularName == resource.Resource {
+			return r, nil
+		}
+	}
+	return metav1.APIResource{}, &meta.NoResourceMatchError{PartialResource: resource}
+}
+
+func (m *planeMapper) KindFor(resource schema.GroupVersionResource) (schema.GroupVersionKind, error) {
+	r, err := m.find(resource)
+	if err != nil {
+		return schema.GroupVersionKind{}, err
+	}
+	return resource.GroupVersion().WithKind(r.Kind), nil
+}
+
+func (m *planeMapper) KindsFor(resource schema.GroupVersionResource) ([]schema.GroupVersionKind, error) {
+	gvk, err := m.KindFor(resource)
+	if err != nil {
+		return nil, err
+	}
+	return []schema.GroupVersionKind{gvk}, nil
+}
+
+func (m *planeMapper) ResourceFor(input schema.GroupVersionResource) (schema.GroupVersionResource, error) {
+	r, err := m.find(input)
+	if err != nil {
+		return schema.GroupVersionResource{}, err
+	}
+	return input.GroupVersion().WithResource(r.Name), nil
+}
+
+func (m *planeMapper) ResourcesFor(input schema.GroupVersionResource) ([]schema.GroupVersionResource, error) {
+	gvr, err := m.ResourceFor(input)
+	if err != nil {
+		return nil, err
+	}
+	return []schema.GroupVersionResource{gvr}, nil
+}
+
+func (m *planeMapper) ResourceSingularizer(resource string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.gvs {
+		for _, r := range s.byKind {
+			if r.Name == resource && r.SingularName != "" {
+				return r.SingularName, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no singular name known for %q", resource)
+}
+
+var _ meta.RESTMapper = &planeMapper{}
