@@ -289,12 +289,3 @@ func earliest(m map[string]time.Time) time.Time {
 	}
 	return first
 }
-
-func sorted(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}

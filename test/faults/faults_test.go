@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -202,13 +201,4 @@ func gateClosed(ctx context.Context, p *cpv1.ComputePlane) error {
 		return errors.New("the applier kubeconfig Secret is still there")
 	}
 	return client.IgnoreNotFound(err)
-}
-
-func sorted(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
