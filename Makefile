@@ -45,6 +45,10 @@ demo: ## Run the embedded default: a local management apiserver, the manager and
 e2e: ## Run placement end to end with the real Flux helm-controller (built once, see test/tools/flux.sh).
 	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) go test -race -count=1 -v -timeout 45m ./test/e2e/...
 
+.PHONY: burst
+burst: ## Run the burst: 1,000 placement releases over 10 planes with flapping gates, real Flux (about 15 min; E2E_BURST=50,20 for 50 planes).
+	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) E2E_BURST=$${E2E_BURST:-10,100} go test -race -count=1 -v -timeout 45m -run '^TestBurstWithFlappingGates$$' ./test/e2e/
+
 .PHONY: kind-e2e
 kind-e2e: ## Run the kind end-to-end path: real Kamaji/KubeVirt/CAPI/Flux, the Helm chart, one plane (needs Docker; about an hour).
 	COMPUTEPLANE_KIND_E2E=1 go test -count=1 -v -timeout 150m -run '^TestKind$$' ./test/e2e/kind/
