@@ -15,45 +15,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/test/testenv"
 )
-
-// holdCluster puts a finalizer on the plane's Cluster, as Cluster API's own would, so the
-// test can look at both sides while the teardown waits for it; the returned func
-// releases it.
-func holdCluster(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) func() {
-	t.Helper()
-	cluster := &clusterv1.Cluster{}
-	key := client.ObjectKey{Namespace: p.Status.InfrastructureNamespace, Name: render.ClusterName(p)}
-	if err := k8s.Get(ctx, key, cluster); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(cluster.DeepCopy())
-	controllerutil.AddFinalizer(cluster, clusterv1.ClusterFinalizer)
-	if err := k8s.Patch(ctx, cluster, patch); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		if err := k8s.Get(ctx, key, cluster); err != nil {
-			t.Fatal(err)
-		}
-		patch := client.MergeFrom(cluster.DeepCopy())
-		controllerutil.RemoveFinalizer(cluster, clusterv1.ClusterFinalizer)
-		if err := k8s.Patch(ctx, cluster, patch); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // stages records every teardown stage (Reconciling's reason) the plane shows until it is
 // gone, and calls at(stage) the first time each appears.
@@ -98,7 +67,7 @@ func TestTeardownInOrder(t *testing.T) {
 		}
 		eventually(t, settle, releaseReady(ctx, hr))
 	}
-	release := holdCluster(t, ctx, p)
+	release := testenv.HoldCluster(t, ctx, k8s, p)
 	if err := k8s.Get(ctx, key, p); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +95,7 @@ func TestTeardownInOrder(t *testing.T) {
 	if i := indexOf(order, want[0]); i < 0 || indexOf(order, want[1]) < i {
 		t.Errorf("teardown stages %v: want %v in that order", order, want)
 	}
-	checkNothingLeft(t, ctx, p, infra)
+	testenv.CheckNothingLeft(t, ctx, k8s, p, infra)
 }
 
 // checkPlaneEmptied: Flux uninstalled the releases (their objects and Helm's records are
@@ -184,37 +153,6 @@ func checkManagementBeforeCluster(t *testing.T, ctx context.Context, p *cpv1.Com
 			names = append(names, c.Name)
 		}
 		t.Errorf("policies while the Cluster goes: %v, want only the default deny", names)
-	}
-}
-
-// checkNothingLeft lists every kind the operator creates on the management cluster: none
-// of the plane's is left (its namespace is being deleted).
-func checkNothingLeft(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, infra string) {
-	t.Helper()
-	sel := client.MatchingLabels{cpv1.PlaneUIDLabel: string(p.UID)}
-	for _, gvk := range []schema.GroupVersionKind{
-		clusterv1.GroupVersion.WithKind("ClusterList"),
-		clusterv1.GroupVersion.WithKind("MachineDeploymentList"),
-		{Group: render.ControlPlaneGroup, Version: "v1alpha2", Kind: "KamajiControlPlaneList"},
-		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: "KubevirtClusterList"},
-		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: "KubevirtMachineTemplateList"},
-		{Group: "bootstrap.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmConfigTemplateList"},
-		{Group: "helm.toolkit.fluxcd.io", Version: "v2", Kind: "HelmReleaseList"},
-		{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicyList"},
-		{Version: "v1", Kind: "SecretList"},
-	} {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(gvk)
-		if err := k8s.List(ctx, list, sel); err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range list.Items {
-			t.Errorf("left behind: %s %s/%s", gvk.Kind, o.GetNamespace(), o.GetName())
-		}
-	}
-	ns := &corev1.Namespace{}
-	if err := k8s.Get(ctx, types.NamespacedName{Name: infra}, ns); err == nil && ns.DeletionTimestamp.IsZero() {
-		t.Errorf("the infrastructure namespace %s is not being deleted", infra)
 	}
 }
 

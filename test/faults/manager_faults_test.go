@@ -14,11 +14,9 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
@@ -149,7 +147,7 @@ func TestManagerKilledAtEveryStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	infra := p.Status.InfrastructureNamespace
-	releaseCluster := holdCluster(t, ctx, p)
+	releaseCluster := testenv.HoldCluster(t, ctx, k8s, p)
 	start = time.Now()
 	if err := k8s.Delete(ctx, p); err != nil {
 		t.Fatal(err)
@@ -202,61 +200,11 @@ func teardownPoints(ctx context.Context, p *cpv1.ComputePlane, tenant *testenv.C
 	return points, false
 }
 
-// holdCluster puts CAPI's finalizer on the plane's Cluster (no CAPI runs here to remove
-// it) and returns what takes it off again.
-func holdCluster(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) func() {
-	t.Helper()
-	cluster := &clusterv1.Cluster{}
-	key := client.ObjectKey{Namespace: p.Status.InfrastructureNamespace, Name: render.ClusterName(p)}
-	if err := k8s.Get(ctx, key, cluster); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(cluster.DeepCopy())
-	controllerutil.AddFinalizer(cluster, clusterv1.ClusterFinalizer)
-	if err := k8s.Patch(ctx, cluster, patch); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		if err := k8s.Get(ctx, key, cluster); err != nil {
-			t.Fatal(err)
-		}
-		patch := client.MergeFrom(cluster.DeepCopy())
-		controllerutil.RemoveFinalizer(cluster, clusterv1.ClusterFinalizer)
-		if err := k8s.Patch(ctx, cluster, patch); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// checkNothingLeft: no object carrying the plane's UID is left on the management
-// cluster, and its infrastructure namespace is gone or going.
+// checkNothingLeft is testenv.CheckNothingLeft, and the applier kubeconfig Secret (in
+// the tenant namespace, which stays) is gone too.
 func checkNothingLeft(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, infra string) {
 	t.Helper()
-	sel := client.MatchingLabels{cpv1.PlaneUIDLabel: string(p.UID)}
-	for _, gvk := range []schema.GroupVersionKind{
-		clusterv1.GroupVersion.WithKind("ClusterList"),
-		clusterv1.GroupVersion.WithKind("MachineDeploymentList"),
-		{Group: render.ControlPlaneGroup, Version: "v1alpha2", Kind: "KamajiControlPlaneList"},
-		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: "KubevirtClusterList"},
-		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: "KubevirtMachineTemplateList"},
-		{Group: "bootstrap.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmConfigTemplateList"},
-		{Group: "helm.toolkit.fluxcd.io", Version: "v2", Kind: "HelmReleaseList"},
-		{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicyList"},
-		{Version: "v1", Kind: "SecretList"},
-	} {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(gvk)
-		if err := k8s.List(ctx, list, sel); err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range list.Items {
-			t.Errorf("left behind: %s %s/%s", gvk.Kind, o.GetNamespace(), o.GetName())
-		}
-	}
-	ns := &corev1.Namespace{}
-	if err := k8s.Get(ctx, types.NamespacedName{Name: infra}, ns); err == nil && ns.DeletionTimestamp.IsZero() {
-		t.Errorf("the infrastructure namespace %s is not being deleted", infra)
-	}
+	testenv.CheckNothingLeft(t, ctx, k8s, p, infra)
 	if err := k8s.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the applier kubeconfig Secret is left (err=%v)", err)
 	}
