@@ -205,6 +205,7 @@ func TestMetricsMoveWithThePlane(t *testing.T) {
 	}
 	eventually(t, settle, driftReported(ctx, p, victim.Name))
 	// Ready went False and came back (the gate closed, the credential was re-issued).
+	var repaired map[string]*dto.MetricFamily
 	eventually(t, settle, func() error {
 		got := &cpv1.ComputePlane{}
 		if err := k8s.Get(ctx, key, got); err != nil {
@@ -215,9 +216,15 @@ func TestMetricsMoveWithThePlane(t *testing.T) {
 			return fmt.Errorf("Ready = %s since %s (was True since %s before the drift at %s), want True again after the drift; events: %s",
 				ready.Status, ready.LastTransitionTime, readySince, deletedAt.Format(time.RFC3339Nano), planeEvents(ctx, p))
 		}
+		// The credential still issued after the scrape: any closing of the gate from here
+		// on (a plane request timing out under load counts too) is a revocation the
+		// counter must show after the scrape.
+		repaired = scrape()
+		if err := k8s.Get(ctx, applierSecretKey(p), &corev1.Secret{}); err != nil {
+			return fmt.Errorf("Ready is True again but the applier credential is not issued (%v)", err)
+		}
 		return nil
 	})
-	repaired := scrape()
 	if value(repaired, "computeplane_drift_repairs_total", map[string]string{"stage": cpv1.PodSecurityCondition}) <=
 		value(ready, "computeplane_drift_repairs_total", map[string]string{"stage": cpv1.PodSecurityCondition}) {
 		t.Errorf("computeplane_drift_repairs_total did not move on a repaired drift")
