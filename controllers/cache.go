@@ -24,3 +24,12 @@ func CacheOptions() cache.Options {
 		&corev1.Service{}: {Label: labels.NewSelector().Add(*optedIn)},
 	}}
 }
+
+// ClientOptions make the manager's client read the kinds the operator has no Go types
+// for (KamajiControlPlane, KubevirtCluster, KubevirtMachineTemplate: unstructured) from
+// its informers, as it reads the typed ones: a pass over a plane with nothing to change
+// then asks the management API server for nothing but the credential Secrets, which
+// are never cached.
+func ClientOptions() client.Options {
+	return client.Options{Cache: &client.CacheOptions{Unstructured: true}}
+}

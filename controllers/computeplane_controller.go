@@ -7,14 +7,13 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,10 +21,10 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -61,6 +60,9 @@ type ComputePlaneReconciler struct {
 	Planes *remote.ClusterCache
 	// TokenLifetime of the applier's tokens (renewed after two thirds of it).
 	TokenLifetime time.Duration
+	// ResyncInterval is the longest a plane whose watches saw nothing goes without a
+	// full read (zero: every pass reads it in full).
+	ResyncInterval time.Duration
 
 	controller controller.Controller
 
@@ -147,17 +149,19 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 	r.controller = c
 	// Inside each plane, watch what the hardening owns: a namespace created or relabelled,
 	// a policy deleted, reconciles the plane at once.
-	r.Planes.OnConnect = func(key types.NamespacedName, pc cache.Cache) error {
-		toPlane := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []ctrl.Request {
-			return []ctrl.Request{{NamespacedName: key}}
-		})
-		for _, obj := range []client.Object{&corev1.Namespace{}, &admissionv1.ValidatingAdmissionPolicy{}, &admissionv1.ValidatingAdmissionPolicyBinding{},
-			&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
-			if err := r.controller.Watch(source.Kind(pc, obj, toPlane)); err != nil {
-				return err
-			}
-		}
+	var queue atomic.Pointer[workqueue.TypedRateLimitingInterface[ctrl.Request]]
+	if err := c.Watch(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[ctrl.Request]) error {
+		queue.Store(&q)
 		return nil
+	})); err != nil {
+		return err
+	}
+	r.Planes.OnChange = func(key types.NamespacedName) {
+		// Before the controller starts there is nothing to tell: it reconciles every
+		// plane when it does.
+		if q := queue.Load(); q != nil {
+			(*q).Add(ctrl.Request{NamespacedName: key})
+		}
 	}
 	return nil
 }
@@ -295,6 +299,18 @@ type scope struct {
 	// admin is the plane's admin credential, once provisioning verified it. It never
 	// leaves the operator's memory.
 	admin *remote.AdminCredential
+	// quiet: the plane's watches saw nothing since its last full read, which found it
+	// as the operator left it; this pass reads it no further than the probe.
+	quiet bool
+	// read is the full read this pass makes of the plane, recorded once it is through.
+	read planeRead
+}
+
+// planeRead is a full read of a plane, for ClusterCache.Settled.
+type planeRead struct {
+	mark        uint64
+	watched     bool
+	fingerprint string
 }
 
 func (s *scope) observe(condition string, r stageResult) {

@@ -15,6 +15,7 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/remote"
+	"github.com/fluxcd/pkg/apis/meta"
 )
 
 // HardeningFieldOwner is the field manager of what the operator applies inside a plane.
@@ -59,6 +60,16 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	case err != nil:
 		return ctrl.Result{}, err
 	}
+	s.read.fingerprint = planeFingerprint(s)
+	if r.ResyncInterval > 0 && apimeta.IsStatusConditionTrue(s.plane.Status.Conditions, cpv1.ReadyCondition) &&
+		!reconcileRequested(s.plane) && r.Planes.Quiet(key, s.read.fingerprint, time.Now()) {
+		// Ready, and nothing a full read looks at changed since the last one (the
+		// watches follow all of it): the probe Get just made is this pass's look. A
+		// person's reconcile request always gets a full read.
+		s.quiet = true
+		return ctrl.Result{RequeueAfter: r.jitter()}, nil
+	}
+	s.read.mark, s.read.watched = r.Planes.Mark(key)
 	posture := postureFor(s.plane, s.class, plane.Identity)
 
 	wasVerified := r.Planes.WasVerified(key, cpv1.PodSecurityCondition, verified(s.plane))
@@ -122,6 +133,23 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	// The plane's objects are watched; this periodic look is a safety net for a missed
 	// event (a watch re-established after the plane was unreachable, say).
 	return ctrl.Result{RequeueAfter: r.jitter()}, nil
+}
+
+// reconcileRequested: the reconcile.fluxcd.io/requestedAt annotation asks for a
+// reconcile this controller has not handled yet.
+func reconcileRequested(p *cpv1.ComputePlane) bool {
+	v, ok := meta.ReconcileAnnotationValue(p.GetAnnotations())
+	return ok && v != p.Status.LastHandledReconcileAt
+}
+
+// planeFingerprint names what a full read of the plane compares it with: a change of
+// the plane's spec, its class or its admin credential needs a full read.
+func planeFingerprint(s *scope) string {
+	hash := ""
+	if s.admin != nil {
+		hash = s.admin.Hash
+	}
+	return fmt.Sprintf("%s/%d/%s/%d/%s", s.plane.UID, s.plane.Generation, s.class.UID, s.class.Generation, hash)
 }
 
 // reportDrift records a drift of a verified plane (observe sets the conditions False/

@@ -45,6 +45,11 @@ func ApplierSecretName(p *cpv1.ComputePlane) string { return p.Name + "-applier-
 func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *scope) (ctrl.Result, error) {
 	p := s.plane
 	key := client.ObjectKeyFromObject(p)
+	if s.quiet {
+		// Read in full not long ago, nothing changed since, and the token is not due
+		// (Settled was told when it is).
+		return ctrl.Result{}, nil
+	}
 	plane, err := r.Planes.Get(ctx, key, s.admin)
 	if err != nil {
 		// Hardening has just talked to the plane; a failure here is transient.
@@ -91,6 +96,10 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 	}
 	r.Planes.SetVerified(key, cpv1.IdentitiesCondition, true)
 	rotateAt := expires.Add(-r.TokenLifetime / 3)
+	if r.ResyncInterval > 0 && s.read.watched {
+		// Every stage before this one was read in full and found as left in this pass.
+		r.Planes.Settled(key, s.read.mark, s.read.fingerprint, minTime(time.Now().Add(r.ResyncInterval), rotateAt))
+	}
 	s.observe(cpv1.IdentitiesCondition, stageTrue(cpv1.SucceededReason, fmt.Sprintf(
 		"deployer %s/%s may deploy into %v; applier %s/%s may only impersonate it; its kubeconfig Secret %s expires at %s and is renewed at %s",
 		p.Namespace, remote.DeployerName, placementNamespaces(p), remote.ApplierNamespace, remote.ApplierName,
@@ -230,4 +239,11 @@ func (r *ComputePlaneReconciler) revokeApplierCredential(ctx context.Context, s 
 			"The plane is not Ready: removed %s%s", strings.Join(revoked, ", "), unbound)
 	}
 	return nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

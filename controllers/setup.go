@@ -27,6 +27,10 @@ type Options struct {
 	// ApplierTokenLifetime of the applier's kubeconfig tokens (at least 10 minutes, the
 	// TokenRequest API's minimum); zero means one hour.
 	ApplierTokenLifetime time.Duration
+	// PlaneResyncInterval is the longest a Ready plane whose watches report nothing goes
+	// without a full read of what the operator keeps in it (zero: every pass reads it
+	// in full, every RequeueInterval).
+	PlaneResyncInterval time.Duration
 	// Shard is the set of planes this manager reconciles (zero: all).
 	Shard Shard
 }
@@ -46,6 +50,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*ComputePlaneRecon
 		Events:          mgr.GetEventRecorder("computeplane-controller"),
 		RequeueInterval: o.RequeueInterval,
 		TokenLifetime:   max(o.ApplierTokenLifetime, 10*time.Minute),
+		ResyncInterval:  o.PlaneResyncInterval,
 		Shard:           o.Shard,
 		Planes: &remote.ClusterCache{
 			Scheme:        mgr.GetScheme(),

@@ -67,7 +67,9 @@ func runSuite(m *testing.M) int {
 			RequeueInterval:       2 * time.Second,
 			PlaneTimeout:          2 * time.Second,
 			PlaneUnreachableGrace: 1 * time.Second,
-			Webhooks:              true,
+			// Long enough that a test relying on a full read instead of the watches fails.
+			PlaneResyncInterval: time.Minute,
+			Webhooks:            true,
 		},
 		MetricsAddr:  metricsAddr,
 		RecoverPanic: ptr.To(false), // a panicking reconcile fails the run instead of being logged

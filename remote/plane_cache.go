@@ -4,19 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
+	"net/http"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -57,7 +55,7 @@ func (e *UnreachableError) Unwrap() error { return e.Err }
 // not enough. Callers never block on a dead plane: they get an UnreachableError at once.
 // The credential stays inside the operator's process.
 //
-// It is a manager Runnable: the informers it starts for the planes live under the
+// It is a manager Runnable: the watches it starts for the planes live under the
 // manager's context and stop with it.
 type ClusterCache struct {
 	Scheme *runtime.Scheme
@@ -72,12 +70,12 @@ type ClusterCache struct {
 	// operator's memory. Namespaces are watched in full (a new one must be labelled);
 	// only the plane's cluster administrators can create them.
 	WatchSelector labels.Selector
-	// OnConnect, when set, is called with a fresh informer cache of the plane each time
-	// the operator (re)connects to it, to register watches on the plane's own objects.
-	// The cache is stopped when the plane is removed, its credential rotates, it stays
-	// unreachable past the grace period (started again when it answers), or its
-	// informers fail to start (retried on the next probe).
-	OnConnect func(key types.NamespacedName, c cache.Cache) error
+	// OnChange, when set, is called whenever something the plane's watches follow
+	// (WatchedResources) changes, and each time they (re)start: whatever happened while
+	// nothing watched is for the caller to read. The watches stop when the plane is
+	// removed, its credential rotates, or it stays unreachable past the grace period
+	// (they start again when it answers).
+	OnChange func(key types.NamespacedName)
 	// Log receives what cannot be returned to a caller (an informer that failed).
 	Log logr.Logger
 
@@ -97,10 +95,9 @@ type ClusterCache struct {
 type entry struct {
 	key  types.NamespacedName
 	hash string
-	// config is for the informers (no client timeout); mapper is shared by the plane's
-	// clients and informers.
+	// config and watchHTTP are for the watches (no client timeout).
 	config       *rest.Config
-	mapper       meta.RESTMapper
+	watchHTTP    *http.Client
 	plane        Plane
 	disco        discovery.DiscoveryInterface
 	probedAt     time.Time
@@ -109,10 +106,21 @@ type entry struct {
 	// ProbeInterval, so callers never wait on its timeout over and over.
 	failedAt time.Time
 	lastErr  error
-	// stopWatches stops the plane's informer cache; nil while not watching. watchGen
-	// tells a failed informer cache from the one that replaced it.
+	// stopWatches stops the plane's watches; nil while not watching.
 	stopWatches context.CancelFunc
-	watchGen    int
+	// changes counts what the watches reported (each change, each (re)list).
+	changes uint64
+	// settled is the last full read that found the plane as the operator left it.
+	settled *settledRead
+}
+
+// settledRead is a full read of a plane that found it as the operator left it.
+type settledRead struct {
+	// changes is the entry's count when the read began: any change since is news.
+	changes     uint64
+	fingerprint string
+	// until is when the plane must be read in full again, quiet or not.
+	until time.Time
 }
 
 func (c *ClusterCache) init() {
@@ -124,7 +132,7 @@ func (c *ClusterCache) init() {
 	})
 }
 
-// Start runs the cache until ctx ends, then stops every plane's informers.
+// Start runs the cache until ctx ends, then stops every plane's watches.
 func (c *ClusterCache) Start(ctx context.Context) error {
 	c.init()
 	c.mu.Lock()
@@ -140,7 +148,7 @@ func (c *ClusterCache) Start(ctx context.Context) error {
 	return nil
 }
 
-// NeedLeaderElection: the informers feed the controller, which runs on the leader.
+// NeedLeaderElection: the watches feed the controller, which runs on the leader.
 func (c *ClusterCache) NeedLeaderElection() bool { return true }
 
 // SetVerified records whether a stage of the plane is, as far as the operator knows,
@@ -154,6 +162,59 @@ func (c *ClusterCache) SetVerified(key types.NamespacedName, stage string, v boo
 		c.verified[key] = map[string]bool{}
 	}
 	c.verified[key][stage] = v
+	if e := c.entries[key]; e != nil && !v {
+		e.settled = nil
+	}
+}
+
+// Mark is what Settled needs to know that nothing changed after a full read began: take
+// it before the read. ok is false when nothing watches the plane.
+func (c *ClusterCache) Mark(key types.NamespacedName) (mark uint64, ok bool) {
+	c.init()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[key]
+	if e == nil || e.stopWatches == nil {
+		return 0, false
+	}
+	return e.changes, true
+}
+
+// Settled records that a full read of the plane, begun at mark, found it as the operator
+// left it for what fingerprint names (the wanted state: spec, class, credential). Until
+// until, or until its watches report anything, the stop of its watches, a failed
+// request or a drift, Quiet says no new full read is needed.
+func (c *ClusterCache) Settled(key types.NamespacedName, mark uint64, fingerprint string, until time.Time) {
+	c.init()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil && e.stopWatches != nil {
+		e.settled = &settledRead{changes: mark, fingerprint: fingerprint, until: until}
+	}
+}
+
+// Quiet reports whether the plane needs no full read now: one found it as the operator
+// left it for the same fingerprint, before until, and its watches, running all along,
+// reported nothing since that read began. It is the at-rest safety net's shortcut: a
+// quiet plane costs its watches and the storage probe, nothing more.
+func (c *ClusterCache) Quiet(key types.NamespacedName, fingerprint string, now time.Time) bool {
+	c.init()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[key]
+	if e == nil || e.settled == nil || e.stopWatches == nil {
+		return false
+	}
+	r := e.settled
+	return r.fingerprint == fingerprint && r.changes == e.changes && now.Before(r.until) && e.failingSince.IsZero()
+}
+
+// changed counts a change the plane's watches saw and tells OnChange.
+func (c *ClusterCache) changed(e *entry) {
+	c.mu.Lock()
+	e.changes++
+	c.mu.Unlock()
+	c.OnChange(e.key)
 }
 
 // WasVerified reports what SetVerified last recorded for the plane's stage, or, when
@@ -204,6 +265,7 @@ func (c *ClusterCache) Failed(key types.NamespacedName, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[key]; e != nil {
+		e.settled = nil
 		e.probedAt, e.failedAt, e.lastErr = time.Time{}, time.Now(), err
 		if e.failingSince.IsZero() {
 			e.failingSince = e.failedAt
@@ -252,7 +314,7 @@ type Connection struct {
 	Key types.NamespacedName
 	// Up: the last probe (or request) succeeded and no later one failed.
 	Up bool
-	// Watching: the plane's informers run.
+	// Watching: the plane's watches run.
 	Watching bool
 }
 
@@ -268,18 +330,18 @@ func (c *ClusterCache) Connections() []Connection {
 	return out
 }
 
-// stop stops the entry's informers; the caller holds c.mu.
+// stop stops the entry's watches; the caller holds c.mu.
 func (e *entry) stop() {
+	e.settled = nil
 	if e.stopWatches != nil {
 		e.stopWatches()
 		e.stopWatches = nil
 	}
 }
 
-// watch starts the plane's informer cache, under the cache's own context, and lets
-// OnConnect register its watches.
+// watch starts the plane's watches under the cache's own context.
 func (c *ClusterCache) watch(ctx context.Context, e *entry) error {
-	if c.OnConnect == nil {
+	if c.OnChange == nil {
 		return nil
 	}
 	select {
@@ -287,39 +349,18 @@ func (c *ClusterCache) watch(ctx context.Context, e *entry) error {
 	case <-ctx.Done():
 		return fmt.Errorf("the cluster cache has not been started: %w", ctx.Err())
 	}
-	opts := cache.Options{Scheme: c.Scheme, Mapper: e.mapper, DefaultLabelSelector: c.WatchSelector,
-		DefaultTransform: eventOnly}
-	if c.WatchSelector != nil {
-		opts.ByObject = map[client.Object]cache.ByObject{&corev1.Namespace{}: {Label: labels.Everything()}}
-	}
-	pc, err := cache.New(e.config, opts)
-	if err != nil {
-		return err
-	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.stopWatches != nil || c.entries[e.key] != e {
+		// Watching already, or replaced (a rotated credential) or removed meanwhile.
+		return nil
+	}
 	watchCtx, cancel := context.WithCancel(c.ctx)
-	e.watchGen++
-	gen := e.watchGen
-	e.stopWatches = cancel
-	c.mu.Unlock()
-	go func() {
-		if err := pc.Start(watchCtx); err != nil && watchCtx.Err() == nil {
-			c.Log.Error(err, "the plane's informers stopped; watching again on the next probe", "plane", e.key)
-			c.mu.Lock()
-			if e.watchGen == gen {
-				e.stop()
-			}
-			c.mu.Unlock()
-		}
-	}()
-	if err := c.OnConnect(e.key, pc); err != nil {
-		c.mu.Lock()
-		if e.watchGen == gen {
-			e.stop()
-		}
-		c.mu.Unlock()
+	if err := c.watchPlane(watchCtx, e); err != nil {
+		cancel()
 		return err
 	}
+	e.stopWatches = cancel
 	return nil
 }
 
@@ -347,6 +388,7 @@ func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 	if err != nil {
 		defer c.mu.Unlock()
 		e.probedAt, e.failedAt, e.lastErr = time.Time{}, time.Now(), err
+		e.settled = nil
 		if e.failingSince.IsZero() {
 			e.failingSince = time.Now()
 		}
@@ -369,30 +411,6 @@ func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 	return &e.plane, nil
 }
 
-// eventOnly is the plane informers' transform: they only tell the controller that
-// something of the plane changed (the operator reads a plane directly, never from these
-// caches), so they keep of each object its identity, version and labels, not its
-// content (a policy's CEL, the managed fields).
-func eventOnly(obj any) (any, error) {
-	o, ok := obj.(client.Object)
-	if !ok {
-		return obj, nil
-	}
-	out, ok := reflect.New(reflect.TypeOf(o).Elem()).Interface().(client.Object)
-	if !ok {
-		return obj, nil
-	}
-	out.GetObjectKind().SetGroupVersionKind(o.GetObjectKind().GroupVersionKind())
-	out.SetName(o.GetName())
-	out.SetNamespace(o.GetNamespace())
-	out.SetUID(o.GetUID())
-	out.SetResourceVersion(o.GetResourceVersion())
-	out.SetGeneration(o.GetGeneration())
-	out.SetLabels(o.GetLabels())
-	out.SetDeletionTimestamp(o.GetDeletionTimestamp())
-	return out, nil
-}
-
 // readsFromStorage reads one object with a quorum read (a GET without a resource
 // version goes to etcd, not to the API server's watch cache). NotFound is an answer too.
 func readsFromStorage(ctx context.Context, c client.Client) error {
@@ -400,7 +418,7 @@ func readsFromStorage(ctx context.Context, c client.Client) error {
 }
 
 func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*entry, error) {
-	// The informers' configuration has no client timeout: a watch is a request that
+	// The watches' configuration has no client timeout: a watch is a request that
 	// lasts minutes, and a timeout on it would end every watch after Timeout and open
 	// it again (a dead connection is found by the HTTP/2 health check instead, and a
 	// plane that stops answering is disconnected by the probe).
@@ -408,9 +426,9 @@ func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*
 	watchCfg.QPS, watchCfg.Burst = 50, 100
 	cfg := rest.CopyConfig(watchCfg)
 	cfg.Timeout = c.Timeout
-	// One HTTP client and one RESTMapper per plane, shared by its client, the canary and
-	// its informers; the mapper discovers only the group-versions the operator uses
-	// (planeMapper).
+	// One HTTP transport and one RESTMapper per plane, shared by its client and the
+	// canary (and the transport by the watches); the mapper discovers only the
+	// group-versions the operator uses (planeMapper).
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
@@ -430,6 +448,6 @@ func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*
 	if err != nil {
 		return nil, err
 	}
-	return &entry{key: key, hash: cred.Hash, config: watchCfg, mapper: mapper,
+	return &entry{key: key, hash: cred.Hash, config: watchCfg, watchHTTP: &http.Client{Transport: httpClient.Transport},
 		plane: Plane{Client: cl, Canary: canary, Identity: cred.Identity}, disco: disco}, nil
 }

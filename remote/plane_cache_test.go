@@ -3,7 +3,7 @@ package remote_test
 import (
 	"context"
 	"errors"
-	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/cozystack/computeplane/remote"
 	"github.com/cozystack/computeplane/test/testenv"
@@ -142,11 +141,47 @@ func TestProbeNeedsStorage(t *testing.T) {
 	}
 }
 
-// TestPlaneInformersAreScoped: a tenant's own RoleBindings in its plane are not cached
-// by the operator (only what it labelled, and every namespace, are).
-func TestPlaneInformersAreScoped(t *testing.T) {
+// changes collects a ClusterCache's OnChange calls.
+type changes chan types.NamespacedName
+
+func (ch changes) on(key types.NamespacedName) {
+	select {
+	case ch <- key:
+	default: // a full channel already says "changed"
+	}
+}
+
+// drain waits until no change came for quiet.
+func (ch changes) drain(quiet time.Duration) int {
+	n := 0
+	for {
+		select {
+		case <-ch:
+			n++
+		case <-time.After(quiet):
+			return n
+		}
+	}
+}
+
+// expect waits for a change; none within d is an error.
+func (ch changes) expect(t *testing.T, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+		ch.drain(300 * time.Millisecond)
+	case <-time.After(d):
+		t.Errorf("no change reported %s", what)
+	}
+}
+
+// TestPlaneWatchesAreScoped: a plane's watches tell the operator at once when what it
+// labelled changes, or any namespace; a tenant's own RoleBindings in its plane do not
+// wake it (nor are they sent to it: the watches ask for the operator's labels), the
+// watches read metadata only, and they stop with the manager.
+func TestPlaneWatchesAreScoped(t *testing.T) {
 	scheme := testScheme(t)
-	tenant, err := testenv.StartTenant(scheme)
+	tenant, err := testenv.StartTenantWith(scheme, testenv.TenantOptions{Audit: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,49 +193,80 @@ func TestPlaneInformersAreScoped(t *testing.T) {
 		t.Fatal(err)
 	}
 	mine := map[string]string{"app.kubernetes.io/managed-by": "computeplane-operator"}
-	for i := range 20 {
-		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: fmt.Sprintf("tenant-%d", i)},
+	binding := func(name string, l map[string]string) *rbacv1.RoleBinding {
+		return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name, Labels: l},
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "r"}}
-		if i == 0 {
-			rb.Name, rb.Labels = "operator", mine
-		}
-		if err := c.Create(ctx, rb); err != nil {
-			t.Fatal(err)
-		}
 	}
 
-	got := make(chan cache.Cache, 1)
+	got := make(changes, 100)
 	pc := &remote.ClusterCache{Scheme: scheme, Timeout: 2 * time.Second, ProbeInterval: time.Second, Grace: time.Second,
-		WatchSelector: labels.SelectorFromSet(mine),
-		OnConnect:     func(_ types.NamespacedName, c cache.Cache) error { got <- c; return nil }}
+		WatchSelector: labels.SelectorFromSet(mine), OnChange: got.on}
 	managerCtx, stopManager := context.WithCancel(ctx)
 	defer stopManager()
 	stopped := make(chan struct{})
 	go func() { _ = pc.Start(managerCtx); close(stopped) }()
 	key := types.NamespacedName{Namespace: "tenant-a", Name: "a"}
-	if _, err := pc.Get(ctx, key, credential(t, tenant)); err != nil {
+	cred := credential(t, tenant)
+	if _, err := pc.Get(ctx, key, cred); err != nil {
 		t.Fatal(err)
 	}
-	informers := <-got
-	if !informers.WaitForCacheSync(ctx) {
-		t.Fatal("the plane's informers did not start")
-	}
-	var rbs rbacv1.RoleBindingList
-	if err := informers.List(ctx, &rbs); err != nil {
-		t.Fatal(err)
-	}
-	if len(rbs.Items) != 1 || rbs.Items[0].Name != "operator" {
-		t.Errorf("the plane's RoleBinding informer holds %d objects, want only the operator's", len(rbs.Items))
-	}
-	var nss corev1.NamespaceList
-	if err := informers.List(ctx, &nss); err != nil {
-		t.Fatal(err)
-	}
-	if len(nss.Items) < 2 {
-		t.Errorf("namespaces are not all watched: %d", len(nss.Items))
+	// Each kind's first list is a change: what happened before it is the caller's to read.
+	if n := got.drain(2 * time.Second); n < len(remote.WatchedResources) {
+		t.Fatalf("%d changes reported when the watches started, want one per kind (%d)", n, len(remote.WatchedResources))
 	}
 
-	// The plane's informers live under the manager's context: they stop with it.
+	if err := c.Create(ctx, binding("tenant", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if n := got.drain(2 * time.Second); n != 0 {
+		t.Errorf("a tenant's own RoleBinding reported %d changes, want none", n)
+	}
+	if err := c.Create(ctx, binding("operator", mine)); err != nil {
+		t.Fatal(err)
+	}
+	got.expect(t, 10*time.Second, "when an operator-labelled RoleBinding was created")
+	if err := c.Delete(ctx, binding("operator", mine)); err != nil {
+		t.Fatal(err)
+	}
+	got.expect(t, 10*time.Second, "when an operator-labelled RoleBinding was deleted")
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "new"}}); err != nil {
+		t.Fatal(err)
+	}
+	got.expect(t, 10*time.Second, "when a namespace was created")
+
+	events, err := testenv.ReadAudit(tenant.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched := map[string]bool{}
+	for _, ev := range events {
+		if ev.User.Username != cred.Identity || ev.Stage != "ResponseComplete" && ev.Stage != "ResponseStarted" || ev.ObjectRef == nil {
+			continue
+		}
+		res, uri := ev.ObjectRef.Resource, ev.RequestURI
+		if ev.Verb == "watch" || ev.Verb == "list" {
+			scoped := strings.Contains(uri, "labelSelector=")
+			// What the operator never labels (namespaces, anyone's mutating policies)
+			// is watched in full.
+			whole := res == "namespaces" || strings.HasPrefix(res, "mutatingadmissionpolic")
+			if scoped == whole {
+				t.Errorf("%s %s: want a label selector on every kind but namespaces and mutating policies", ev.Verb, uri)
+			}
+		}
+		if ev.Verb == "watch" {
+			watched[res] = true
+		}
+		if ev.Verb == "list" && !strings.Contains(uri, "limit=1") {
+			t.Errorf("list %s: the watches list one item (the version), not the collection", uri)
+		}
+	}
+	for _, gvr := range remote.WatchedResources {
+		if !watched[gvr.Resource] {
+			t.Errorf("no watch on %s", gvr.Resource)
+		}
+	}
+
+	// The plane's watches live under the manager's context: they stop with it.
 	stopManager()
 	<-stopped
 	for _, conn := range pc.Connections() {
@@ -211,8 +277,8 @@ func TestPlaneInformersAreScoped(t *testing.T) {
 }
 
 // TestPlaneWatchesOutliveTheTimeout: the request timeout bounds the operator's requests
-// to a plane, not its watches: a plane's informers keep one watch open past it (they
-// neither reopen it every Timeout nor miss what happens meanwhile).
+// to a plane, not its watches: each watch stays open past it (it is neither reopened
+// every Timeout nor misses what happens meanwhile).
 func TestPlaneWatchesOutliveTheTimeout(t *testing.T) {
 	scheme := testScheme(t)
 	tenant, err := testenv.StartTenantWith(scheme, testenv.TenantOptions{Audit: true})
@@ -223,30 +289,19 @@ func TestPlaneWatchesOutliveTheTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	got := make(chan cache.Cache, 1)
+	got := make(changes, 100)
 	pc := &remote.ClusterCache{Scheme: scheme, Timeout: time.Second, ProbeInterval: time.Second, Grace: 10 * time.Second,
-		OnConnect: func(_ types.NamespacedName, c cache.Cache) error {
-			if _, err := c.GetInformer(ctx, &corev1.Namespace{}); err != nil {
-				return err
-			}
-			got <- c
-			return nil
-		}}
+		OnChange: got.on}
 	go func() { _ = pc.Start(ctx) }()
 	if _, err := pc.Get(ctx, types.NamespacedName{Namespace: "tenant-a", Name: "a"}, credential(t, tenant)); err != nil {
 		t.Fatal(err)
 	}
-	informers := <-got
-	if !informers.WaitForCacheSync(ctx) {
-		t.Fatal("the plane's informers did not start")
-	}
+	got.drain(time.Second)
 	time.Sleep(4 * time.Second)
 	if err := tenant.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "later"}}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, func() error {
-		return informers.Get(ctx, types.NamespacedName{Name: "later"}, &corev1.Namespace{})
-	})
+	got.expect(t, 10*time.Second, "for a namespace created 5 s after the watches started")
 	events, err := testenv.ReadAudit(tenant.AuditLog)
 	if err != nil {
 		t.Fatal(err)
@@ -258,6 +313,6 @@ func TestPlaneWatchesOutliveTheTimeout(t *testing.T) {
 		}
 	}
 	if watches != 1 {
-		t.Errorf("the namespace informer opened %d watches in 5 s with a 1 s request timeout, want 1", watches)
+		t.Errorf("the namespace watch was opened %d times in 5 s with a 1 s request timeout, want 1", watches)
 	}
 }

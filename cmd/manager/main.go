@@ -29,6 +29,7 @@ func main() {
 		concurrent, webhookPort                   int
 		requeue, minRetry, maxRetry               time.Duration
 		planeTimeout, planeGrace, tokenLifetime   time.Duration
+		planeResync                               time.Duration
 		leaseDuration, renewDeadline, retryPeriod time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -52,6 +53,8 @@ func main() {
 	flag.DurationVar(&maxRetry, "max-retry-delay", 15*time.Minute, "Longest backoff after repeated transient errors.")
 	flag.DurationVar(&planeTimeout, "plane-timeout", 10*time.Second, "Timeout of every request to a plane's API server (and how long a successful health probe is trusted).")
 	flag.DurationVar(&planeGrace, "plane-unreachable-grace", 30*time.Second, "How long a plane's API server may not answer before its conditions say PlaneUnreachable.")
+	flag.DurationVar(&planeResync, "plane-resync-interval", 5*time.Minute,
+		"Longest a Ready plane whose watches report no change goes without a full read of what the operator keeps in it (between, each --requeue-interval pass only probes it); 0 reads it in full every pass.")
 	flag.DurationVar(&tokenLifetime, "applier-token-lifetime", time.Hour, "Lifetime of the applier kubeconfig tokens (renewed after two thirds; at least 10m).")
 	flag.BoolVar(&reconcileRequests, "reconcile-requests", true,
 		"Reconcile when the reconcile.fluxcd.io/requestedAt annotation changes, and echo it in status.lastHandledReconcileAt.")
@@ -74,6 +77,7 @@ func main() {
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        controllers.NewScheme(),
 		Cache:                         controllers.CacheOptions(),
+		Client:                        controllers.ClientOptions(),
 		Metrics:                       controllers.MetricsServerOptions(metricsAddr, secureMetrics),
 		HealthProbeBindAddress:        probeAddr,
 		PprofBindAddress:              pprofAddr,
@@ -103,6 +107,7 @@ func main() {
 		Webhooks:              webhooks,
 		PlaneTimeout:          planeTimeout,
 		PlaneUnreachableGrace: planeGrace,
+		PlaneResyncInterval:   planeResync,
 		ApplierTokenLifetime:  tokenLifetime,
 		Shard:                 controllers.Shard{Selector: shard},
 	}); err != nil {

@@ -62,6 +62,7 @@ func New(ctx context.Context, mgmt *testenv.Cluster, o Options) (*Operator, erro
 	opts := ctrl.Options{
 		Scheme:                 mgmt.Client.Scheme(),
 		Cache:                  controllers.CacheOptions(),
+		Client:                 controllers.ClientOptions(),
 		Metrics:                metrics,
 		HealthProbeBindAddress: "0",
 		// As deployed: the shipped leader-election Role is exercised, and a restarted

@@ -1,0 +1,152 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/test/testenv"
+)
+
+// TestQuietPlaneIsOnlyProbed: at rest, a Ready plane whose watches report nothing costs
+// each pass the storage probe in the plane and the admin credential's Secret on the
+// management cluster, not a full read (the "watches and the periodic probe");
+// and a change the watches see still closes the gate and is repaired at once.
+func TestQuietPlaneIsOnlyProbed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tenant, err := testenv.StartTenantWith(k8s.Scheme(), testenv.TenantOptions{Audit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Stop() })
+	p := planeWithClass(t, ctx, newClass("quiet-"+rand.String(6)),
+		func(p *cpv1.ComputePlane) { p.Spec.PlacementNamespaces = []string{"notebooks"} })
+	provideWithTenant(t, ctx, p, tenant)
+	key := client.ObjectKeyFromObject(p)
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+
+	// At rest once a pass has found nothing to write (the passes right after bring-up
+	// still see the watches report the operator's own writes).
+	var from time.Time
+	eventually(t, settle, func() error {
+		from = time.Now()
+		time.Sleep(3 * time.Second) // a pass every 2 s
+		events, err := testenv.ReadAudit(tenant.AuditLog)
+		if err != nil {
+			return err
+		}
+		if full := fullReads(events, from); len(full) > 0 {
+			return fmt.Errorf("not at rest yet: %v", full)
+		}
+		return nil
+	})
+	from = time.Now()
+	time.Sleep(8 * time.Second)
+	to := time.Now()
+
+	events, err := testenv.ReadAudit(tenant.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full := fullReads(events, from); len(full) > 0 {
+		t.Errorf("a quiet plane was read past the probe: %v", full)
+	}
+	probes := 0
+	for _, ev := range operatorRequests(events, from) {
+		if ev.Verb == "get" && ev.ObjectRef.Resource == "namespaces" && ev.ObjectRef.Name == "kube-system" {
+			probes++
+		}
+	}
+	if probes < 2 {
+		t.Errorf("%d storage probes in 8 s of passes every 2 s: the plane is not looked at", probes)
+	}
+	mgmtEvents, err := testenv.ReadAudit(mgmt.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	infra := infraOf(p)
+	var mgmtReads []string
+	for _, ev := range mgmtEvents {
+		if ev.User.Username != testenv.OperatorUser || ev.Stage != "ResponseComplete" || ev.ObjectRef == nil ||
+			ev.RequestReceived.Before(from) || ev.RequestReceived.After(to) ||
+			(ev.ObjectRef.Namespace != p.Namespace && ev.ObjectRef.Namespace != infra) {
+			continue
+		}
+		if ev.Verb == "get" && ev.ObjectRef.Resource == "secrets" && ev.ObjectRef.Namespace == infra {
+			continue // the admin credential: Secrets are never cached
+		}
+		if ev.ObjectRef.Resource == "events" {
+			continue // the event recorder flushing the series of earlier transitions
+		}
+		mgmtReads = append(mgmtReads, ev.Verb+" "+ev.ObjectRef.Resource+" "+ev.ObjectRef.Namespace+"/"+ev.ObjectRef.Name)
+	}
+	if len(mgmtReads) > 0 {
+		t.Errorf("a quiet plane cost requests to the management cluster beyond its admin credential: %v", mgmtReads)
+	}
+
+	// The watches still see a policy go: the gate closes and the policy is back.
+	var vaps admissionv1.ValidatingAdmissionPolicyList
+	if err := tenant.Client.List(ctx, &vaps); err != nil {
+		t.Fatal(err)
+	}
+	var victim *admissionv1.ValidatingAdmissionPolicy
+	for i := range vaps.Items {
+		if strings.HasPrefix(vaps.Items[i].Name, "computeplane-") {
+			victim = &vaps.Items[i]
+		}
+	}
+	if victim == nil {
+		t.Fatal("the plane has no operator admission policy")
+	}
+	if err := tenant.Client.Delete(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, driftReported(ctx, p, victim.Name))
+	eventually(t, settle, func() error {
+		if err := tenant.Client.Get(ctx, client.ObjectKeyFromObject(victim), &admissionv1.ValidatingAdmissionPolicy{}); err != nil {
+			return fmt.Errorf("the deleted policy is not restored: %w", err)
+		}
+		return conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason)()
+	})
+}
+
+// operatorRequests are the plane's audited requests by the operator's own identity (not
+// the canary it impersonates, nor the applier) received after from.
+func operatorRequests(events []testenv.AuditEvent, from time.Time) []testenv.AuditEvent {
+	var out []testenv.AuditEvent
+	for _, ev := range events {
+		if ev.User.Username == testenv.AdminUser && ev.ImpersonatedUser == nil && ev.ObjectRef != nil &&
+			ev.Stage == "ResponseComplete" && !ev.RequestReceived.Before(from) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// fullReads are the operator's requests to the plane since from that are neither the
+// storage probe nor its watches.
+func fullReads(events []testenv.AuditEvent, from time.Time) []string {
+	seen := map[string]int{}
+	for _, ev := range operatorRequests(events, from) {
+		if ev.Verb == "watch" || ev.Verb == "get" && ev.ObjectRef.Resource == "namespaces" && ev.ObjectRef.Name == "kube-system" {
+			continue
+		}
+		seen[ev.Verb+" "+ev.ObjectRef.Resource]++
+	}
+	var out []string
+	for k, n := range seen {
+		out = append(out, fmt.Sprintf("%s ×%d", k, n))
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,203 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/metadata"
+)
+
+// scriptedKind answers lists with version "10" and hands out watches whose events the
+// test scripts; it records the versions the watches were opened from.
+type scriptedKind struct {
+	metadata.ResourceInterface
+	mu      sync.Mutex
+	lists   int
+	from    []string
+	watches chan *watch.FakeWatcher
+	refuse  error
+}
+
+func (k *scriptedKind) List(context.Context, metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.lists++
+	return &metav1.PartialObjectMetadataList{ListMeta: metav1.ListMeta{ResourceVersion: "10"}}, nil
+}
+
+func (k *scriptedKind) Watch(_ context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	k.mu.Lock()
+	k.from = append(k.from, o.ResourceVersion)
+	refuse := k.refuse
+	k.refuse = nil
+	k.mu.Unlock()
+	if refuse != nil {
+		return nil, refuse
+	}
+	w := watch.NewFake()
+	k.watches <- w
+	return w, nil
+}
+
+func (k *scriptedKind) state() (int, []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lists, append([]string(nil), k.from...)
+}
+
+func object(rv string) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "x", ResourceVersion: rv}}
+}
+
+// TestKindWatchResumes: a watch that ends is reopened from the last version seen (an
+// event's or a bookmark's), without a list and without a change reported; a version
+// the server no longer has (410, as an event or as the watch's answer) means a new list,
+// and that list is reported as a change, since events may have been missed.
+func TestKindWatchResumes(t *testing.T) {
+	expired := apierrors.NewResourceExpired("too old resource version: 12 (40)")
+	k := &scriptedKind{watches: make(chan *watch.FakeWatcher)}
+	changed := make(chan struct{}, 10)
+	w := &kindWatch{ri: k, changed: func() { changed <- struct{}{} }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { w.run(ctx, func(error) {}); close(done) }()
+
+	next := func() *watch.FakeWatcher {
+		t.Helper()
+		select {
+		case s := <-k.watches:
+			return s
+		case <-time.After(10 * time.Second):
+			t.Fatal("no watch opened")
+			return nil
+		}
+	}
+	expectChanges := func(n int, what string) {
+		t.Helper()
+		for range n {
+			select {
+			case <-changed:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("no change reported %s", what)
+			}
+		}
+		select {
+		case <-changed:
+			t.Fatalf("a change reported %s beyond the %d expected", what, n)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+
+	s := next()
+	expectChanges(1, "for the first list")
+	s.Modify(object("11"))
+	expectChanges(1, "for a modification")
+	s.Action(watch.Bookmark, object("12"))
+	time.Sleep(1100 * time.Millisecond) // a watch ending sooner counts as a failure
+	s.Stop()
+	s = next()
+	expectChanges(0, "for a bookmark and a watch reopened")
+	s.Error(&expired.ErrStatus)
+	s = next()
+	expectChanges(1, "for the list after an expired version")
+	k.mu.Lock()
+	k.refuse = expired
+	k.mu.Unlock()
+	s.Stop()
+	s = next()
+	expectChanges(1, "for the list after a watch refused as expired")
+
+	lists, from := k.state()
+	want := []string{"10", "12", "10", "10", "10"}
+	if lists != 3 || len(from) != len(want) {
+		t.Fatalf("%d lists, watches from %v; want 3 lists, watches from %v", lists, from, want)
+	}
+	for i := range want {
+		if from[i] != want[i] {
+			t.Errorf("watch %d opened from %q, want %q (all: %v)", i, from[i], want[i], from)
+		}
+	}
+	cancel()
+	s.Stop()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch did not stop with its context")
+	}
+}
+
+// TestQuiet: a full read lets passes skip the next ones only while nothing else is
+// known: a change the watches report, another fingerprint (spec, class, credential),
+// the resync deadline, a failed request, a drift or stopped watches each end it.
+func TestQuiet(t *testing.T) {
+	key := types.NamespacedName{Namespace: "t", Name: "p"}
+	now := time.Now()
+	for _, tc := range []struct {
+		name  string
+		after func(c *ClusterCache, e *entry)
+		fp    string
+		at    time.Time
+		quiet bool
+	}{
+		{name: "nothing happened", quiet: true},
+		{name: "a change seen", after: func(c *ClusterCache, e *entry) { c.changed(e) }},
+		{name: "another fingerprint", fp: "p/2"},
+		{name: "past the resync deadline", at: now.Add(time.Minute)},
+		{name: "a request failed", after: func(c *ClusterCache, _ *entry) { c.Failed(key, errors.New("timeout")) }},
+		{name: "a drift reported", after: func(c *ClusterCache, _ *entry) { c.SetVerified(key, "Identities", false) }},
+		{name: "a stage verified", after: func(c *ClusterCache, _ *entry) { c.SetVerified(key, "Identities", true) }, quiet: true},
+		{name: "watches stopped", after: func(c *ClusterCache, e *entry) { c.mu.Lock(); e.stop(); c.mu.Unlock() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &ClusterCache{OnChange: func(types.NamespacedName) {}}
+			c.init()
+			e := &entry{key: key, stopWatches: func() {}}
+			c.entries[key] = e
+			c.changed(e) // the first list
+			mark, ok := c.Mark(key)
+			if !ok {
+				t.Fatal("a watched plane gives no mark")
+			}
+			c.Settled(key, mark, "p/1", now.Add(30*time.Second))
+			if tc.after != nil {
+				tc.after(c, e)
+			}
+			fp, at := "p/1", now.Add(time.Second)
+			if tc.fp != "" {
+				fp = tc.fp
+			}
+			if !tc.at.IsZero() {
+				at = tc.at
+			}
+			if got := c.Quiet(key, fp, at); got != tc.quiet {
+				t.Errorf("Quiet = %v, want %v", got, tc.quiet)
+			}
+		})
+	}
+
+	// A change between the mark and the end of the read: the read may have missed it.
+	c := &ClusterCache{OnChange: func(types.NamespacedName) {}}
+	c.init()
+	e := &entry{key: key, stopWatches: func() {}}
+	c.entries[key] = e
+	mark, _ := c.Mark(key)
+	c.changed(e)
+	c.Settled(key, mark, "p/1", now.Add(30*time.Second))
+	if c.Quiet(key, "p/1", now) {
+		t.Error("quiet after a change that came during the full read")
+	}
+	// Not watched: never quiet, whatever was read.
+	delete(c.entries, key)
+	c.entries[key] = &entry{key: key}
+	if _, ok := c.Mark(key); ok {
+		t.Error("an unwatched plane gives a mark")
+	}
+}
