@@ -1,28 +1,85 @@
 package controllers
 
 import (
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers/render"
 )
 
 // CacheOptions scope the manager's informers to what the controllers read, so the
-// operator's memory follows its planes, not the size of the management cluster: of the
-// cluster's Services only those that opted in to a grant are cached (the grant
-// controller reads nothing else of them). Every manager running the controllers uses
-// these.
+// operator's memory follows its planes, not the size of the management cluster:
+//   - of what the operator creates (Clusters, MachineDeployments, the control plane and
+//     infrastructure objects, templates, Cilium policies) only what carries its
+//     app.kubernetes.io/managed-by label; another Cluster API user's objects are not
+//     cached (the operator finds its own by their labels, and a foreign object of the
+//     same name in a plane's namespace is no more adopted than before: server-side apply
+//     takes back the operator's fields whether or not the cache saw it);
+//   - of the Services only those that opted in to a grant (the grants read nothing else);
+//   - of the MachineSets (Cluster API creates them, with its labels, not the operator's)
+//     only their labels and the two template references the operator reads.
+//
+// No cached object keeps its managed fields. Every manager running the controllers
+// uses these.
 func CacheOptions() cache.Options {
 	optedIn, err := labels.NewRequirement(cpv1.ServiceAccessLabel, selection.Exists, nil)
 	if err != nil {
 		panic(err) // a constant label key
 	}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Service{}: {Label: labels.NewSelector().Add(*optedIn)},
+	ours := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue})}
+	byObject := map[client.Object]cache.ByObject{
+		&corev1.Service{}:                    {Label: labels.NewSelector().Add(*optedIn)},
+		&clusterv1.Cluster{}:                 ours,
+		&clusterv1.MachineDeployment{}:       ours,
+		&clusterv1.MachineSet{}:              {Transform: machineSetRefs},
+		&bootstrapv1.KubeadmConfigTemplate{}: ours,
+		&ciliumv2.CiliumNetworkPolicy{}:      ours,
+	}
+	for _, gvk := range unstructuredKinds() {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		byObject[u] = ours
+	}
+	for _, gvk := range append(unstructuredKinds(), bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplate")) {
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(gvk)
+		byObject[m] = ours
+	}
+	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}
+}
+
+// unstructuredKinds are the kinds the operator creates without Go types for them.
+func unstructuredKinds() []schema.GroupVersionKind {
+	return []schema.GroupVersionKind{
+		schema.FromAPIVersionAndKind(render.KamajiAPIVersion, render.KamajiControlPlaneKind),
+		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtClusterKind},
+		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtTemplateKind},
+	}
+}
+
+// machineSetRefs keeps of a MachineSet what pruning old node group templates reads.
+func machineSetRefs(obj any) (any, error) {
+	ms, ok := obj.(*clusterv1.MachineSet)
+	if !ok {
+		return obj, nil
+	}
+	out := &clusterv1.MachineSet{TypeMeta: ms.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Namespace: ms.Namespace, Name: ms.Name, UID: ms.UID, ResourceVersion: ms.ResourceVersion,
+		Labels: ms.Labels, DeletionTimestamp: ms.DeletionTimestamp,
 	}}
+	out.Spec.Template.Spec.InfrastructureRef = ms.Spec.Template.Spec.InfrastructureRef
+	out.Spec.Template.Spec.Bootstrap.ConfigRef = ms.Spec.Template.Spec.Bootstrap.ConfigRef
+	return out, nil
 }
 
 // ClientOptions make the manager's client read the kinds the operator has no Go types

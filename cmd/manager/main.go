@@ -3,8 +3,13 @@ package main
 
 import (
 	"flag"
+	"log/slog"
+	"math"
 	"os"
 	"time"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/go-logr/logr"
 
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/labels"
@@ -68,6 +73,12 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
+	// The garbage collector works harder as the heap nears 90 % of the container's memory
+	// limit, instead of the kernel killing the pod at it (GOMEMLIMIT, or AUTOMEMLIMIT=off,
+	// set in the environment wins).
+	if limit, err := memlimit.Set(memlimit.WithRatio(0.9), memlimit.WithLogger(slog.New(logr.ToSlogHandler(log)))); err == nil && limit != math.MaxInt64 {
+		log.Info("memory limit from the container", "GOMEMLIMIT", limit)
+	}
 	shard, err := labels.Parse(watchSelector)
 	if err != nil {
 		log.Error(err, "parsing --watch-label-selector")

@@ -1,0 +1,106 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/computeplane/controllers/render"
+)
+
+// TestCachesHoldOnlyTheOperatorsObjects: another Cluster API user's Clusters, control
+// planes and Cilium policies on the management cluster are not in the operator's
+// informers (its memory follows its planes); the operator's own are; a MachineSet is
+// cached with only what pruning reads.
+func TestCachesHoldOnlyTheOperatorsObjects(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := tenantNamespace(t, ctx)
+	ours := map[string]string{render.ManagedByLabel: render.ManagedByValue}
+	kcp := func(name string, l map[string]string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"version": "v1.33.4"}}}
+		u.SetAPIVersion(render.KamajiAPIVersion)
+		u.SetKind(render.KamajiControlPlaneKind)
+		u.SetNamespace(ns)
+		u.SetName(name)
+		u.SetLabels(l)
+		return u
+	}
+	for _, o := range []client.Object{
+		&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "theirs"}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(true)}},
+		&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ours", Labels: ours}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(true)}},
+		&ciliumv2.CiliumNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "theirs"}},
+		&ciliumv2.CiliumNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ours", Labels: ours}},
+		kcp("theirs", nil), kcp("ours", ours),
+		&clusterv1.MachineSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "set", Labels: map[string]string{render.ClusterNameLabel: "c"}},
+			Spec: clusterv1.MachineSetSpec{ClusterName: "c", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"set": "a"}},
+				Template: clusterv1.MachineTemplateSpec{ObjectMeta: clusterv1.ObjectMeta{Labels: map[string]string{"set": "a"}},
+					Spec: clusterv1.MachineSpec{ClusterName: "c",
+						Bootstrap:         clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{APIGroup: "bootstrap.cluster.x-k8s.io", Kind: "KubeadmConfigTemplate", Name: "boot"}},
+						InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: render.InfrastructureGroup, Kind: render.KubevirtTemplateKind, Name: "infra"}}}}},
+	} {
+		if err := k8s.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func(l client.ObjectList) ([]string, error) {
+		if err := reconciler.Client.List(ctx, l, client.InNamespace(ns)); err != nil {
+			return nil, err
+		}
+		var out []string
+		items, err := metaItems(l)
+		for _, o := range items {
+			out = append(out, o.GetName())
+		}
+		return out, err
+	}
+	kcps := &unstructured.UnstructuredList{}
+	kcps.SetAPIVersion(render.KamajiAPIVersion)
+	kcps.SetKind(render.KamajiControlPlaneKind + "List")
+	for _, l := range []client.ObjectList{&clusterv1.ClusterList{}, &ciliumv2.CiliumNetworkPolicyList{}, kcps} {
+		eventually(t, settle, func() error {
+			got, err := names(l)
+			if err != nil {
+				return err
+			}
+			if fmt.Sprint(got) != "[ours]" {
+				return fmt.Errorf("the operator's cache holds %T %v, want [ours]", l, got)
+			}
+			return nil
+		})
+	}
+	eventually(t, settle, func() error {
+		ms := &clusterv1.MachineSet{}
+		if err := reconciler.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "set"}, ms); err != nil {
+			return err
+		}
+		if ms.Spec.ClusterName != "" || ms.Spec.Template.Spec.InfrastructureRef.Name != "infra" ||
+			ms.Spec.Template.Spec.Bootstrap.ConfigRef.Name != "boot" || ms.Labels[render.ClusterNameLabel] != "c" {
+			return fmt.Errorf("the cached MachineSet holds %+v, want its labels and template references only", ms.Spec)
+		}
+		if len(ms.ManagedFields) > 0 {
+			return fmt.Errorf("the cached MachineSet keeps its managed fields")
+		}
+		return nil
+	})
+}
+
+func metaItems(l client.ObjectList) ([]metav1.Object, error) {
+	var out []metav1.Object
+	err := apimeta.EachListItem(l, func(o runtime.Object) error {
+		m, err := apimeta.Accessor(o)
+		out = append(out, m)
+		return err
+	})
+	return out, err
+}
