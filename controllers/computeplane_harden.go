@@ -61,14 +61,14 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 		return ctrl.Result{}, err
 	}
 	s.read.fingerprint = planeFingerprint(s)
-	if r.ResyncInterval > 0 && apimeta.IsStatusConditionTrue(s.plane.Status.Conditions, cpv1.ReadyCondition) &&
-		!reconcileRequested(s.plane) && r.Planes.Quiet(key, s.read.fingerprint, time.Now()) {
+	quiet, why := r.quietPlane(s, key)
+	if quiet {
 		// Ready, and nothing a full read looks at changed since the last one (the
-		// watches follow all of it): the probe Get just made is this pass's look. A
-		// person's reconcile request always gets a full read.
+		// watches follow all of it): the probe Get just made is this pass's look.
 		s.quiet = true
 		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
+	planeFullReads.WithLabelValues(why).Inc()
 	s.read.mark, s.read.watched = r.Planes.Mark(key)
 	posture := postureFor(s.plane, s.class, plane.Identity)
 
@@ -133,6 +133,20 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	// The plane's objects are watched; this periodic look is a safety net for a missed
 	// event (a watch re-established after the plane was unreachable, say).
 	return ctrl.Result{RequeueAfter: r.jitter()}, nil
+}
+
+// quietPlane says whether this pass may skip the plane's full read, or why not.
+func (r *ComputePlaneReconciler) quietPlane(s *scope, key client.ObjectKey) (bool, string) {
+	switch {
+	case r.ResyncInterval <= 0:
+		return false, "Disabled"
+	case !apimeta.IsStatusConditionTrue(s.plane.Status.Conditions, cpv1.ReadyCondition):
+		return false, "NotReady"
+	case reconcileRequested(s.plane):
+		// A person's reconcile request always gets a full read.
+		return false, "Requested"
+	}
+	return r.Planes.Quiet(key, s.read.fingerprint, time.Now())
 }
 
 // reconcileRequested: the reconcile.fluxcd.io/requestedAt annotation asks for a

@@ -47,6 +47,10 @@ var (
 		Name: "computeplane_drift_repairs_total",
 		Help: "Drift found on a verified plane and restored, by the stage owning what drifted (PodSecurityEnforced, AdmissionPoliciesReady, EgressHardened, NetworkPoliciesReady, IdentitiesReady, Provisioned).",
 	}, []string{"stage"})
+	planeFullReads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "computeplane_plane_full_reads_total",
+		Help: "Full reads of a plane's posture and identities (what the operator keeps there), by why the pass could not settle for the storage probe: Changed (its watches reported something), NotVerified (a drift or a revocation), RequestFailed, ProbeFailed, Failing, WatchesStopped, NotWatched, NeverRead, SpecClassOrCredentialChanged, ResyncDue (--plane-resync-interval), NotReady, Requested (a reconcile request), Disabled (--plane-resync-interval=0).",
+	}, []string{"reason"})
 	credentialsIssued = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "computeplane_applier_credentials_issued_total",
 		Help: "Applier kubeconfigs issued (a gate opening, or a token renewed after two thirds of its lifetime).",
@@ -73,7 +77,7 @@ func MetricsServerOptions(addr string, secure bool) metricsserver.Options {
 
 func init() {
 	metrics.Registry.MustRegister(stageDuration, provisionedToReady, teardownStageDuration,
-		driftRepairs, credentialsIssued, credentialsRevoked, fleet)
+		driftRepairs, planeFullReads, credentialsIssued, credentialsRevoked, fleet)
 }
 
 // fleet collects the state gauges at scrape time from the manager that Setup last

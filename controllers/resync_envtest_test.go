@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/test/testenv"
@@ -45,7 +46,7 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if full := fullReads(events, from); len(full) > 0 {
+		if full := planeFullReads(events, from); len(full) > 0 {
 			return fmt.Errorf("not at rest yet: %v", full)
 		}
 		return nil
@@ -58,7 +59,7 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if full := fullReads(events, from); len(full) > 0 {
+	if full := planeFullReads(events, from); len(full) > 0 {
 		t.Errorf("a quiet plane was read past the probe: %v", full)
 	}
 	probes := 0
@@ -94,6 +95,8 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 		t.Errorf("a quiet plane cost requests to the management cluster beyond its admin credential: %v", mgmtReads)
 	}
 
+	changedBefore := fullReads("Changed")
+
 	// The watches still see a policy go: the gate closes and the policy is back.
 	var vaps admissionv1.ValidatingAdmissionPolicyList
 	if err := tenant.Client.List(ctx, &vaps); err != nil {
@@ -118,6 +121,30 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 		}
 		return conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason)()
 	})
+	if fullReads("Changed") <= changedBefore {
+		t.Error(`computeplane_plane_full_reads_total{reason="Changed"} did not move when the watches saw a policy deleted`)
+	}
+}
+
+// fullReads is the in-process manager's computeplane_plane_full_reads_total{reason}.
+func fullReads(reason string) float64 {
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, f := range families {
+		if f.GetName() != "computeplane_plane_full_reads_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // operatorRequests are the plane's audited requests by the operator's own identity (not
@@ -133,9 +160,9 @@ func operatorRequests(events []testenv.AuditEvent, from time.Time) []testenv.Aud
 	return out
 }
 
-// fullReads are the operator's requests to the plane since from that are neither the
+// planeFullReads are the operator's requests to the plane since from that are neither the
 // storage probe nor its watches.
-func fullReads(events []testenv.AuditEvent, from time.Time) []string {
+func planeFullReads(events []testenv.AuditEvent, from time.Time) []string {
 	seen := map[string]int{}
 	for _, ev := range operatorRequests(events, from) {
 		if ev.Verb == "watch" || ev.Verb == "get" && ev.ObjectRef.Resource == "namespaces" && ev.ObjectRef.Name == "kube-system" {

@@ -112,6 +112,27 @@ type entry struct {
 	changes uint64
 	// settled is the last full read that found the plane as the operator left it.
 	settled *settledRead
+	// unsettled says why settled was dropped.
+	unsettled string
+}
+
+// Why a plane gets a full read (Quiet): the label values of the operator's full-read
+// counter.
+const (
+	UnsettledNeverRead      = "NeverRead"
+	UnsettledNotVerified    = "NotVerified"
+	UnsettledRequestFailed  = "RequestFailed"
+	UnsettledProbeFailed    = "ProbeFailed"
+	UnsettledWatchesStopped = "WatchesStopped"
+	UnsettledNotWatched     = "NotWatched"
+	UnsettledChanged        = "Changed"
+	UnsettledWantChanged    = "SpecClassOrCredentialChanged"
+	UnsettledResyncDue      = "ResyncDue"
+	UnsettledFailing        = "Failing"
+)
+
+func (e *entry) unsettle(why string) {
+	e.settled, e.unsettled = nil, why
 }
 
 // settledRead is a full read of a plane that found it as the operator left it.
@@ -163,7 +184,7 @@ func (c *ClusterCache) SetVerified(key types.NamespacedName, stage string, v boo
 	}
 	c.verified[key][stage] = v
 	if e := c.entries[key]; e != nil && !v {
-		e.settled = nil
+		e.unsettle(UnsettledNotVerified)
 	}
 }
 
@@ -196,17 +217,30 @@ func (c *ClusterCache) Settled(key types.NamespacedName, mark uint64, fingerprin
 // Quiet reports whether the plane needs no full read now: one found it as the operator
 // left it for the same fingerprint, before until, and its watches, running all along,
 // reported nothing since that read began. It is the at-rest safety net's shortcut: a
-// quiet plane costs its watches and the storage probe, nothing more.
-func (c *ClusterCache) Quiet(key types.NamespacedName, fingerprint string, now time.Time) bool {
+// quiet plane costs its watches and the storage probe, nothing more. When the plane is
+// not quiet, why says why (one of the Unsettled reasons).
+func (c *ClusterCache) Quiet(key types.NamespacedName, fingerprint string, now time.Time) (quiet bool, why string) {
 	c.init()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[key]
-	if e == nil || e.settled == nil || e.stopWatches == nil {
-		return false
+	switch {
+	case e == nil || e.stopWatches == nil:
+		return false, UnsettledNotWatched
+	case e.settled == nil && e.unsettled == "":
+		return false, UnsettledNeverRead
+	case e.settled == nil:
+		return false, e.unsettled
+	case !e.failingSince.IsZero():
+		return false, UnsettledFailing
+	case e.settled.changes != e.changes:
+		return false, UnsettledChanged
+	case e.settled.fingerprint != fingerprint:
+		return false, UnsettledWantChanged
+	case !now.Before(e.settled.until):
+		return false, UnsettledResyncDue
 	}
-	r := e.settled
-	return r.fingerprint == fingerprint && r.changes == e.changes && now.Before(r.until) && e.failingSince.IsZero()
+	return true, ""
 }
 
 // changed counts a change the plane's watches saw and tells OnChange.
@@ -265,7 +299,7 @@ func (c *ClusterCache) Failed(key types.NamespacedName, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[key]; e != nil {
-		e.settled = nil
+		e.unsettle(UnsettledRequestFailed)
 		e.probedAt, e.failedAt, e.lastErr = time.Time{}, time.Now(), err
 		if e.failingSince.IsZero() {
 			e.failingSince = e.failedAt
@@ -332,7 +366,7 @@ func (c *ClusterCache) Connections() []Connection {
 
 // stop stops the entry's watches; the caller holds c.mu.
 func (e *entry) stop() {
-	e.settled = nil
+	e.unsettle(UnsettledWatchesStopped)
 	if e.stopWatches != nil {
 		e.stopWatches()
 		e.stopWatches = nil
@@ -388,7 +422,7 @@ func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 	if err != nil {
 		defer c.mu.Unlock()
 		e.probedAt, e.failedAt, e.lastErr = time.Time{}, time.Now(), err
-		e.settled = nil
+		e.unsettle(UnsettledProbeFailed)
 		if e.failingSince.IsZero() {
 			e.failingSince = time.Now()
 		}

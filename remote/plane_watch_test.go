@@ -146,15 +146,16 @@ func TestQuiet(t *testing.T) {
 		fp    string
 		at    time.Time
 		quiet bool
+		why   string
 	}{
 		{name: "nothing happened", quiet: true},
-		{name: "a change seen", after: func(c *ClusterCache, e *entry) { c.changed(e) }},
-		{name: "another fingerprint", fp: "p/2"},
-		{name: "past the resync deadline", at: now.Add(time.Minute)},
-		{name: "a request failed", after: func(c *ClusterCache, _ *entry) { c.Failed(key, errors.New("timeout")) }},
-		{name: "a drift reported", after: func(c *ClusterCache, _ *entry) { c.SetVerified(key, "Identities", false) }},
+		{name: "a change seen", after: func(c *ClusterCache, e *entry) { c.changed(e) }, why: UnsettledChanged},
+		{name: "another fingerprint", fp: "p/2", why: UnsettledWantChanged},
+		{name: "past the resync deadline", at: now.Add(time.Minute), why: UnsettledResyncDue},
+		{name: "a request failed", after: func(c *ClusterCache, _ *entry) { c.Failed(key, errors.New("timeout")) }, why: UnsettledRequestFailed},
+		{name: "a drift reported", after: func(c *ClusterCache, _ *entry) { c.SetVerified(key, "Identities", false) }, why: UnsettledNotVerified},
 		{name: "a stage verified", after: func(c *ClusterCache, _ *entry) { c.SetVerified(key, "Identities", true) }, quiet: true},
-		{name: "watches stopped", after: func(c *ClusterCache, e *entry) { c.mu.Lock(); e.stop(); c.mu.Unlock() }},
+		{name: "watches stopped", after: func(c *ClusterCache, e *entry) { c.mu.Lock(); e.stop(); c.mu.Unlock() }, why: UnsettledNotWatched},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &ClusterCache{OnChange: func(types.NamespacedName) {}}
@@ -177,8 +178,8 @@ func TestQuiet(t *testing.T) {
 			if !tc.at.IsZero() {
 				at = tc.at
 			}
-			if got := c.Quiet(key, fp, at); got != tc.quiet {
-				t.Errorf("Quiet = %v, want %v", got, tc.quiet)
+			if got, why := c.Quiet(key, fp, at); got != tc.quiet || why != tc.why {
+				t.Errorf("Quiet = %v, %q; want %v, %q", got, why, tc.quiet, tc.why)
 			}
 		})
 	}
@@ -191,13 +192,16 @@ func TestQuiet(t *testing.T) {
 	mark, _ := c.Mark(key)
 	c.changed(e)
 	c.Settled(key, mark, "p/1", now.Add(30*time.Second))
-	if c.Quiet(key, "p/1", now) {
-		t.Error("quiet after a change that came during the full read")
+	if quiet, why := c.Quiet(key, "p/1", now); quiet || why != UnsettledChanged {
+		t.Errorf("Quiet = %v, %q after a change that came during the full read; want false, %q", quiet, why, UnsettledChanged)
 	}
 	// Not watched: never quiet, whatever was read.
 	delete(c.entries, key)
 	c.entries[key] = &entry{key: key}
 	if _, ok := c.Mark(key); ok {
 		t.Error("an unwatched plane gives a mark")
+	}
+	if _, why := c.Quiet(key, "p/1", now); why != UnsettledNotWatched {
+		t.Errorf("an unwatched plane: Quiet says %q, want %q", why, UnsettledNotWatched)
 	}
 }

@@ -235,6 +235,17 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 		mib(maxM.rss), mib(last.rss), mib(maxM.heapInuse), mib(last.heapInuse), mib(maxM.heapAlloc), mib(last.heapAlloc), mib(maxM.sys), mib(idle.rss))
 	fmt.Fprintf(os.Stderr, "planes=%d: goroutines %.0f (idle %.0f), their stacks %.1f MiB (idle %.1f MiB)\n", n, maxM.goroutines, idle.goroutines, mib(maxM.stacks), mib(idle.stacks))
 	fmt.Fprintf(os.Stderr, "planes=%d: drift repairs: %.0f over the whole run, %.0f at rest\n", n, drifts, restDrifts)
+	fullReads := m1["computeplane_plane_full_reads_total"] - m0["computeplane_plane_full_reads_total"]
+	b.ReportMetric(fullReads/minutes/float64(n), "full-reads/min/plane")
+	fmt.Fprintf(os.Stderr, "planes=%d: full reads of a plane at rest: %.0f (%.2f/min per plane)\n", n, fullReads, fullReads/minutes/float64(n))
+	var why []string
+	for k, v := range m1 {
+		if strings.HasPrefix(k, "computeplane_plane_full_reads_total{") && v > m0[k] {
+			why = append(why, fmt.Sprintf("  %-70s %6.0f\n", strings.TrimPrefix(k, "computeplane_plane_full_reads_total"), v-m0[k]))
+		}
+	}
+	sort.Strings(why)
+	fmt.Fprint(os.Stderr, strings.Join(why, ""))
 	// The breakdowns go to stderr: a benchmark's log is cut after a few lines.
 	fmt.Fprintf(os.Stderr, "planes=%d: management apiserver, operator's requests at rest: %.1f/min (%d, of which %d writes)\n%s", n,
 		float64(mgmtReqs.total)/minutes, mgmtReqs.total, mgmtReqs.writes, mgmtReqs.breakdown(minutes, 1))

@@ -260,7 +260,8 @@ func (p *Process) RSS() (int64, error) {
 }
 
 // Metrics scrapes the manager's /metrics and returns every unlabelled sample (the Go
-// runtime's go_memstats_*, process_*) and the sum over labels of the labelled ones.
+// runtime's go_memstats_*, process_*), the sum over labels of the labelled ones under
+// their name, and each labelled sample under name{label="value",...}.
 func (p *Process) Metrics() (map[string]float64, error) {
 	resp, err := http.Get("http://" + p.MetricsAddr + "/metrics")
 	if err != nil {
@@ -278,13 +279,22 @@ func (p *Process) Metrics() (map[string]float64, error) {
 	out := map[string]float64{}
 	for name, f := range families {
 		for _, m := range f.GetMetric() {
+			var v float64
 			switch {
 			case m.GetGauge() != nil:
-				out[name] += m.GetGauge().GetValue()
+				v = m.GetGauge().GetValue()
 			case m.GetCounter() != nil:
-				out[name] += m.GetCounter().GetValue()
+				v = m.GetCounter().GetValue()
 			case m.GetUntyped() != nil:
-				out[name] += m.GetUntyped().GetValue()
+				v = m.GetUntyped().GetValue()
+			}
+			out[name] += v
+			if len(m.GetLabel()) > 0 {
+				var ls []string
+				for _, l := range m.GetLabel() {
+					ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+				}
+				out[name+"{"+strings.Join(ls, ",")+"}"] = v
 			}
 		}
 	}
