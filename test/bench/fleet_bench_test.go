@@ -100,7 +100,10 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	// FLEET_MANAGER_ARGS adds flags (space-separated), e.g. --leader-elect=false when the
 	// machine is so loaded that the lease cannot be renewed within its 5 s timeout.
 	args = append(args, strings.Fields(os.Getenv("FLEET_MANAGER_ARGS"))...)
-	proc, err := operatortest.StartProcess(ctx, mgmt, operatortest.ProcessOptions{Args: args})
+	// FLEET_MANAGER_ENV adds to the manager's environment (space-separated), e.g.
+	// GOMEMLIMIT=460MiB, what the shipped 512Mi limit sets.
+	proc, err := operatortest.StartProcess(ctx, mgmt, operatortest.ProcessOptions{Args: args,
+		Env: strings.Fields(os.Getenv("FLEET_MANAGER_ENV"))})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -53,6 +53,8 @@ type ProcessOptions struct {
 	// Restart starts the manager again whenever it exits (killed, or leadership lost),
 	// as the kubelet restarts a crashed container; Stop ends that.
 	Restart bool
+	// Env adds to the manager's environment (GOMEMLIMIT=..., say), after the test's own.
+	Env []string
 }
 
 var build struct {
@@ -126,7 +128,7 @@ func StartProcess(ctx context.Context, mgmt *testenv.Cluster, o ProcessOptions) 
 	}
 	p := &Process{
 		MetricsAddr: metricsAddr, Log: filepath.Join(dir, "manager.log"), probe: probeAddr,
-		args: append(append([]string{bin}, args...), o.Args...), env: append(os.Environ(), "KUBECONFIG="+kubeconfig),
+		args: append(append([]string{bin}, args...), o.Args...), env: append(append(os.Environ(), "KUBECONFIG="+kubeconfig), o.Env...),
 		restart: o.Restart, exited: make(chan struct{}),
 	}
 	log, err := os.Create(p.Log)
