@@ -180,7 +180,7 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	if !r.Shard.Holds(plane) {
 		// Another shard's (a plane moved away, or an event about another shard's plane):
-		// let go of its connection and informers; the other manager takes it from here.
+		// let go of its connection and watches; the other manager takes it from here.
 		r.Planes.Remove(req.NamespacedName)
 		r.writes.forget(req.NamespacedName)
 		return ctrl.Result{}, nil

@@ -65,10 +65,11 @@ type ClusterCache struct {
 	ProbeInterval time.Duration
 	// Grace is how long a plane may fail before UnreachableError.Past is set.
 	Grace time.Duration
-	// WatchSelector scopes the plane informers of every kind but Namespace to objects
-	// the operator labelled, so what a tenant creates in its plane does not decide the
-	// operator's memory. Namespaces are watched in full (a new one must be labelled);
-	// only the plane's cluster administrators can create them.
+	// WatchSelector scopes the plane's watches of every kind but namespaces and mutating
+	// admission policies to objects the operator labelled, so what a tenant creates in
+	// its plane does not decide the operator's load. Namespaces (a new one must be
+	// labelled) and mutating policies (any is a finding) are watched in full; only the
+	// plane's cluster administrators can create them.
 	WatchSelector labels.Selector
 	// OnChange, when set, is called whenever something the plane's watches follow
 	// (WatchedResources) changes, and each time they (re)start: whatever happened while
@@ -76,7 +77,7 @@ type ClusterCache struct {
 	// removed, its credential rotates, or it stays unreachable past the grace period
 	// (they start again when it answers).
 	OnChange func(key types.NamespacedName)
-	// Log receives what cannot be returned to a caller (an informer that failed).
+	// Log receives what cannot be returned to a caller (a watch that failed).
 	Log logr.Logger
 
 	once    sync.Once
@@ -428,7 +429,7 @@ func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 		}
 		past := time.Since(e.failingSince) >= c.Grace
 		if past {
-			// Disconnect: informers retrying a dead plane only make noise.
+			// Disconnect: watches retrying a dead plane only make noise.
 			e.stop()
 		}
 		return nil, &UnreachableError{Since: e.failingSince, Past: past, Err: err}
