@@ -287,8 +287,6 @@ type scope struct {
 	plane   *cpv1.ComputePlane
 	class   *cpv1.ComputePlaneClass
 	results map[string]stageResult
-	// last is the most recently observed stage, so blocked can stop the chain there.
-	last string
 	// released is set once the finalizer is gone and the object with it.
 	released bool
 	// deleting says which teardown stage the plane waits on.
@@ -315,7 +313,6 @@ type planeRead struct {
 
 func (s *scope) observe(condition string, r stageResult) {
 	s.results[condition] = r
-	s.last = condition
 }
 
 // failed records that a phase could not finish verifying its stages: unless the phase
@@ -330,17 +327,23 @@ func (s *scope) failed(conditions []string, err error) {
 	}
 	first := conditions[0]
 	if r, ok := s.results[first]; ok && r.status != metav1.ConditionTrue {
-		s.last = first
 		return
 	}
 	s.observe(first, stageFalse(cpv1.VerificationFailedReason,
 		"could not be verified: %v; the gate stays closed and the operator retries with backoff", err))
 }
 
-// blocked reports the latest stage's result when it is not True.
+// blocked reports the result of the first stage this reconcile found not True, if any.
 func (s *scope) blocked() (stageResult, bool) {
-	r, ok := s.results[s.last]
-	return r, ok && r.status != metav1.ConditionTrue
+	// Any stage this reconcile found not True closes the gate, not only the last one
+	// observed: a phase observes several (hardening: Pod Security, then admission
+	// policies), and a drift in the first must not hide behind the second being True.
+	for _, c := range cpv1.GatingConditions {
+		if r, ok := s.results[c]; ok && r.status != metav1.ConditionTrue {
+			return r, true
+		}
+	}
+	return stageResult{}, false
 }
 
 // kamajiControlPlaneKind is an empty KamajiControlPlane (its Go types cannot be a

@@ -102,7 +102,7 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 		// Something changed between the look and the write: that is drift too, repaired
 		// already; report it so the gate visibly closed.
 		return r.reportDrift(s, key, cpv1.PodSecurityCondition, wrote, func() {
-			observeFindings(s, remote.Findings{PodSecurity: wrote}, DriftedReason, "drifted, restoring")
+			observeFindings(s, writtenFindings(wrote), DriftedReason, "drifted, restoring")
 		}), nil
 	}
 	if len(wrote)+len(labelled) > 0 {
@@ -181,6 +181,20 @@ func (r *ComputePlaneReconciler) reportDrift(s *scope, key client.ObjectKey, sta
 	driftRepairs.WithLabelValues(stage).Inc()
 	observe()
 	return ctrl.Result{RequeueAfter: max(delay, time.Millisecond)}
+}
+
+// writtenFindings sorts what Harden had to write back into the stages that own it: the
+// admission policies and their bindings, and the rest (namespaces and what they hold).
+func writtenFindings(wrote []string) remote.Findings {
+	var f remote.Findings
+	for _, w := range wrote {
+		if strings.HasPrefix(w, "ValidatingAdmissionPolicy") {
+			f.Admission = append(f.Admission, w)
+		} else {
+			f.PodSecurity = append(f.PodSecurity, w)
+		}
+	}
+	return f
 }
 
 func observeFindings(s *scope, f remote.Findings, reason, what string) {
