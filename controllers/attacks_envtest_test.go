@@ -763,6 +763,20 @@ func kamajiControlPlane() *unstructured.Unstructured {
 	return u
 }
 
+// privilegedMutatingPolicy is a MutatingAdmissionPolicy a plane's cluster-admin could
+// add to rewrite what the plane admits.
+func privilegedMutatingPolicy() *admissionv1.MutatingAdmissionPolicy {
+	return &admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "privileged-everything"},
+		Spec: admissionv1.MutatingAdmissionPolicySpec{
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+				Operations: []admissionv1.OperationType{admissionv1.Create},
+				Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"namespaces"}}}}}},
+			Mutations: []admissionv1.Mutation{{PatchType: admissionv1.PatchTypeApplyConfiguration,
+				ApplyConfiguration: &admissionv1.ApplyConfiguration{Expression: "Object{}"}}},
+			ReinvocationPolicy: admissionv1.NeverReinvocationPolicy,
+		}}
+}
+
 // TestAttackMutatingPolicyInPlane: Kubernetes runs no admission policy on mutating
 // admission policies, so a cluster-admin of the plane who is not the operator can add
 // one that rewrites what the plane admits. The gate closes while one exists.
@@ -772,15 +786,7 @@ func TestAttackMutatingPolicyInPlane(t *testing.T) {
 	p, tenant := readyPlane(t, ctx, newClass("mutate-"+rand.String(6)))
 	key := client.ObjectKeyFromObject(p)
 	mallory := asUser(t, tenant, "mallory")
-	mapObj := &admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "privileged-everything"},
-		Spec: admissionv1.MutatingAdmissionPolicySpec{
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
-				Operations: []admissionv1.OperationType{admissionv1.Create},
-				Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"namespaces"}}}}}},
-			Mutations: []admissionv1.Mutation{{PatchType: admissionv1.PatchTypeApplyConfiguration,
-				ApplyConfiguration: &admissionv1.ApplyConfiguration{Expression: "Object{}"}}},
-			ReinvocationPolicy: admissionv1.NeverReinvocationPolicy,
-		}}
+	mapObj := privilegedMutatingPolicy()
 	if err := mallory.Create(ctx, mapObj); err != nil {
 		t.Fatalf("the plane refused a MutatingAdmissionPolicy (then this attack needs no defence): %v", err)
 	}

@@ -13,7 +13,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -179,20 +178,7 @@ func TestMetricsMoveWithThePlane(t *testing.T) {
 
 	// Drift: a plane admin (or an attacker with its rights) deletes one of the plane's
 	// admission policies; the operator restores it.
-	var vaps admissionv1.ValidatingAdmissionPolicyList
-	if err := tenant.Client.List(ctx, &vaps); err != nil {
-		t.Fatal(err)
-	}
-	var victim *admissionv1.ValidatingAdmissionPolicy
-	for i := range vaps.Items {
-		if strings.HasPrefix(vaps.Items[i].Name, "computeplane-") {
-			victim = &vaps.Items[i]
-			break
-		}
-	}
-	if victim == nil {
-		t.Fatal("the plane has no operator admission policy")
-	}
+	victim := operatorPolicy(t, ctx, tenant)
 	settled := &cpv1.ComputePlane{}
 	if err := k8s.Get(ctx, key, settled); err != nil {
 		t.Fatal(err)

@@ -38,20 +38,23 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 
 	// At rest once a pass has found nothing to write (the passes right after bring-up
 	// still see the watches report the operator's own writes).
-	var from time.Time
-	eventually(t, settle, func() error {
-		from = time.Now()
-		time.Sleep(3 * time.Second) // a pass every 2 s
-		events, err := testenv.ReadAudit(tenant.AuditLog)
-		if err != nil {
-			return err
-		}
-		if full := planeFullReads(events, from); len(full) > 0 {
-			return fmt.Errorf("not at rest yet: %v", full)
-		}
-		return nil
-	})
-	from = time.Now()
+	atRest := func() {
+		t.Helper()
+		eventually(t, settle, func() error {
+			from := time.Now()
+			time.Sleep(3 * time.Second) // a pass every 2 s
+			events, err := testenv.ReadAudit(tenant.AuditLog)
+			if err != nil {
+				return err
+			}
+			if full := planeFullReads(events, from); len(full) > 0 {
+				return fmt.Errorf("not at rest yet: %v", full)
+			}
+			return nil
+		})
+	}
+	atRest()
+	from := time.Now()
 	time.Sleep(8 * time.Second)
 	to := time.Now()
 
@@ -98,19 +101,7 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 	changedBefore := fullReads("Changed")
 
 	// The watches still see a policy go: the gate closes and the policy is back.
-	var vaps admissionv1.ValidatingAdmissionPolicyList
-	if err := tenant.Client.List(ctx, &vaps); err != nil {
-		t.Fatal(err)
-	}
-	var victim *admissionv1.ValidatingAdmissionPolicy
-	for i := range vaps.Items {
-		if strings.HasPrefix(vaps.Items[i].Name, "computeplane-") {
-			victim = &vaps.Items[i]
-		}
-	}
-	if victim == nil {
-		t.Fatal("the plane has no operator admission policy")
-	}
+	victim := operatorPolicy(t, ctx, tenant)
 	if err := tenant.Client.Delete(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +115,16 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 	if fullReads("Changed") <= changedBefore {
 		t.Error(`computeplane_plane_full_reads_total{reason="Changed"} did not move when the watches saw a policy deleted`)
 	}
+
+	// At rest again, a cluster-admin of the plane who is not the operator adds a
+	// MutatingAdmissionPolicy (no admission policy can refuse it; nothing of the
+	// operator's changed): the gate closes within the settle time, well before the
+	// full read the suite's one-minute resync interval would bring.
+	atRest()
+	if err := asUser(t, tenant, "mallory").Create(ctx, privilegedMutatingPolicy()); err != nil {
+		t.Fatalf("the plane refused a MutatingAdmissionPolicy (then this attack needs no defence): %v", err)
+	}
+	eventually(t, settle, gateClosed(ctx, p))
 }
 
 // fullReads is the in-process manager's computeplane_plane_full_reads_total{reason}.
@@ -145,6 +146,22 @@ func fullReads(reason string) float64 {
 		}
 	}
 	return 0
+}
+
+// operatorPolicy is one of the operator's admission policies in the plane.
+func operatorPolicy(t *testing.T, ctx context.Context, tenant *testenv.Cluster) *admissionv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	var vaps admissionv1.ValidatingAdmissionPolicyList
+	if err := tenant.Client.List(ctx, &vaps); err != nil {
+		t.Fatal(err)
+	}
+	for i := range vaps.Items {
+		if strings.HasPrefix(vaps.Items[i].Name, "computeplane-") {
+			return &vaps.Items[i]
+		}
+	}
+	t.Fatal("the plane has no operator admission policy")
+	return nil
 }
 
 // operatorRequests are the plane's audited requests by the operator's own identity (not

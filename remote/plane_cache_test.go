@@ -141,6 +141,17 @@ func TestProbeNeedsStorage(t *testing.T) {
 	}
 }
 
+// auditedTenant is a plane apiserver that audits every request, stopped with the test.
+func auditedTenant(t *testing.T, scheme *runtime.Scheme) *testenv.Cluster {
+	t.Helper()
+	tenant, err := testenv.StartTenantWith(scheme, testenv.TenantOptions{Audit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Stop() })
+	return tenant
+}
+
 // changes collects a ClusterCache's OnChange calls.
 type changes chan types.NamespacedName
 
@@ -181,11 +192,7 @@ func (ch changes) expect(t *testing.T, d time.Duration, what string) {
 // watches read metadata only, and they stop with the manager.
 func TestPlaneWatchesAreScoped(t *testing.T) {
 	scheme := testScheme(t)
-	tenant, err := testenv.StartTenantWith(scheme, testenv.TenantOptions{Audit: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tenant.Stop() })
+	tenant := auditedTenant(t, scheme)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := tenant.Client
@@ -281,11 +288,7 @@ func TestPlaneWatchesAreScoped(t *testing.T) {
 // every Timeout nor misses what happens meanwhile).
 func TestPlaneWatchesOutliveTheTimeout(t *testing.T) {
 	scheme := testScheme(t)
-	tenant, err := testenv.StartTenantWith(scheme, testenv.TenantOptions{Audit: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tenant.Stop() })
+	tenant := auditedTenant(t, scheme)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
