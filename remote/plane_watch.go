@@ -2,16 +2,19 @@ package remote
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
+	metascheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 )
 
 // WatchedResources are the kinds of a plane the operator reacts to at once: everything
@@ -43,9 +46,13 @@ const (
 // watchPlane runs one watch per watched kind of the plane until ctx ends. A plane's
 // watches only say "something of this plane changed": the operator reads planes
 // directly, so they keep nothing (no store, no queue, no handler goroutines; metadata
-// only on the wire). Each kind costs one goroutine here and one decoding the stream.
+// only on the wire). Each kind costs one goroutine, which also decodes its stream
+// (client-go's watch would add a decoding goroutine and its buffers per stream: a
+// third of the goroutines of a fleet), and the HTTP/2 stream's own.
 func (c *ClusterCache) watchPlane(ctx context.Context, e *entry) error {
-	mc, err := metadata.NewForConfigAndClient(e.config, e.watchHTTP)
+	cfg := rest.CopyConfig(e.config)
+	cfg.NegotiatedSerializer = metascheme.Codecs.WithoutConversion()
+	rc, err := rest.UnversionedRESTClientForConfigAndClient(cfg, e.watchHTTP)
 	if err != nil {
 		return err
 	}
@@ -58,7 +65,7 @@ func (c *ClusterCache) watchPlane(ctx context.Context, e *entry) error {
 		if unscoped(gvr) {
 			sel = ""
 		}
-		w := &kindWatch{ri: mc.Resource(gvr), selector: sel, changed: func() { c.changed(e) }}
+		w := &kindWatch{src: planeKind{rc: rc, path: resourcePath(gvr)}, selector: sel, changed: func() { c.changed(e) }}
 		go w.run(ctx, func(err error) {
 			c.Log.V(1).Info("watching the plane failed; retrying", "plane", e.key, "resource", gvr.Resource, "error", err.Error())
 		})
@@ -71,9 +78,61 @@ func unscoped(gvr schema.GroupVersionResource) bool {
 	return gvr.Resource == "namespaces" || gvr.Resource == "mutatingadmissionpolicies" || gvr.Resource == "mutatingadmissionpolicybindings"
 }
 
+func resourcePath(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return "/api/" + gvr.Version + "/" + gvr.Resource
+	}
+	return "/apis/" + gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
+}
+
+// kindSource lists and watches one kind of a plane.
+type kindSource interface {
+	// list returns the collection's resource version.
+	list(ctx context.Context, opts metav1.ListOptions) (string, error)
+	// watch returns the watch's stream of JSON events.
+	watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error)
+}
+
+// planeKind is a kindSource over the plane's API, asking for metadata only.
+type planeKind struct {
+	rc   rest.Interface
+	path string
+}
+
+const (
+	metadataListJSON = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+	metadataJSON     = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+)
+
+func (k planeKind) list(ctx context.Context, opts metav1.ListOptions) (string, error) {
+	raw, err := k.rc.Get().AbsPath(k.path).SpecificallyVersionedParams(&opts, metav1.ParameterCodec, metav1.Unversioned).
+		SetHeader("Accept", metadataListJSON).Do(ctx).Raw()
+	if err != nil {
+		return "", err
+	}
+	var l objectVersion
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return "", fmt.Errorf("decoding the list of %s: %w", k.path, err)
+	}
+	return l.Metadata.ResourceVersion, nil
+}
+
+func (k planeKind) watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	opts.Watch = true
+	return k.rc.Get().AbsPath(k.path).SpecificallyVersionedParams(&opts, metav1.ParameterCodec, metav1.Unversioned).
+		SetHeader("Accept", metadataJSON).Stream(ctx)
+}
+
+// objectVersion is what the operator reads of an object, a list or a bookmark.
+type objectVersion struct {
+	Metadata struct {
+		ResourceVersion string `json:"resourceVersion"`
+	} `json:"metadata"`
+}
+
 // kindWatch follows one kind of a plane from a resource version on.
 type kindWatch struct {
-	ri       metadata.ResourceInterface
+	src      kindSource
 	selector string
 	changed  func()
 }
@@ -98,20 +157,23 @@ func (w *kindWatch) run(ctx context.Context, failed func(error)) {
 	}
 	for ctx.Err() == nil {
 		if rv == "" {
-			list, err := w.ri.List(ctx, metav1.ListOptions{LabelSelector: w.selector, Limit: 1})
+			v, err := w.src.list(ctx, metav1.ListOptions{LabelSelector: w.selector, Limit: 1})
 			if apierrors.IsNotFound(err) {
 				w.changed()
 				return
+			}
+			if err == nil && v == "" {
+				err = errors.New("the list has no resource version")
 			}
 			if err != nil {
 				wait(err)
 				continue
 			}
-			rv = list.ResourceVersion
+			rv = v
 			w.changed()
 		}
 		timeout := int64(watchTimeout.Seconds() * (1 + rand.Float64()))
-		s, err := w.ri.Watch(ctx, metav1.ListOptions{LabelSelector: w.selector, ResourceVersion: rv,
+		s, err := w.src.watch(ctx, metav1.ListOptions{LabelSelector: w.selector, ResourceVersion: rv,
 			AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
 		if err != nil {
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
@@ -124,6 +186,9 @@ func (w *kindWatch) run(ctx context.Context, failed func(error)) {
 		opened := time.Now()
 		var ended error
 		rv, ended = w.follow(s, rv)
+		if ctx.Err() != nil {
+			return
+		}
 		if ended == nil && time.Since(opened) < time.Second {
 			// Not the API server's timeout: something ends the stream at once.
 			ended = errors.New("the watch ended as soon as it opened")
@@ -134,14 +199,32 @@ func (w *kindWatch) run(ctx context.Context, failed func(error)) {
 	}
 }
 
+// watchEvent is one event of a watch stream (metav1.WatchEvent, its object left raw).
+type watchEvent struct {
+	Type   watch.EventType `json:"type"`
+	Object json.RawMessage `json:"object"`
+}
+
 // follow reads one watch to its end and returns the last version seen ("" when it is
 // too old to resume from) and why the watch ended, if not by its timeout.
-func (w *kindWatch) follow(s watch.Interface, rv string) (string, error) {
-	defer s.Stop()
-	for ev := range s.ResultChan() {
+func (w *kindWatch) follow(s io.ReadCloser, rv string) (string, error) {
+	defer s.Close()
+	dec := json.NewDecoder(s)
+	for {
+		var ev watchEvent
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				return rv, nil
+			}
+			return rv, err
+		}
 		switch ev.Type {
 		case watch.Error:
-			err := apierrors.FromObject(ev.Object)
+			var status metav1.Status
+			if err := json.Unmarshal(ev.Object, &status); err != nil {
+				return rv, fmt.Errorf("decoding a watch error: %w", err)
+			}
+			err := apierrors.FromObject(&status)
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 				return "", err
 			}
@@ -150,10 +233,13 @@ func (w *kindWatch) follow(s watch.Interface, rv string) (string, error) {
 			w.changed()
 			fallthrough
 		case watch.Bookmark:
-			if m, err := meta.Accessor(ev.Object); err == nil && m.GetResourceVersion() != "" {
-				rv = m.GetResourceVersion()
+			var o objectVersion
+			if err := json.Unmarshal(ev.Object, &o); err != nil {
+				return rv, fmt.Errorf("decoding a watch event: %w", err)
+			}
+			if o.Metadata.ResourceVersion != "" {
+				rv = o.Metadata.ResourceVersion
 			}
 		}
 	}
-	return rv, nil
 }

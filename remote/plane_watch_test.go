@@ -2,37 +2,38 @@ package remote
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/metadata"
 )
 
-// scriptedKind answers lists with version "10" and hands out watches whose events the
-// test scripts; it records the versions the watches were opened from.
+// scriptedKind answers lists with version "10" and hands out watch streams whose events
+// the test writes; it records the versions the watches were opened from.
 type scriptedKind struct {
-	metadata.ResourceInterface
 	mu      sync.Mutex
 	lists   int
 	from    []string
-	watches chan *watch.FakeWatcher
+	watches chan *scriptedStream
 	refuse  error
 }
 
-func (k *scriptedKind) List(context.Context, metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+func (k *scriptedKind) list(context.Context, metav1.ListOptions) (string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.lists++
-	return &metav1.PartialObjectMetadataList{ListMeta: metav1.ListMeta{ResourceVersion: "10"}}, nil
+	return "10", nil
 }
 
-func (k *scriptedKind) Watch(_ context.Context, o metav1.ListOptions) (watch.Interface, error) {
+func (k *scriptedKind) watch(_ context.Context, o metav1.ListOptions) (io.ReadCloser, error) {
 	k.mu.Lock()
 	k.from = append(k.from, o.ResourceVersion)
 	refuse := k.refuse
@@ -41,9 +42,9 @@ func (k *scriptedKind) Watch(_ context.Context, o metav1.ListOptions) (watch.Int
 	if refuse != nil {
 		return nil, refuse
 	}
-	w := watch.NewFake()
-	k.watches <- w
-	return w, nil
+	r, w := io.Pipe()
+	k.watches <- &scriptedStream{w: w}
+	return r, nil
 }
 
 func (k *scriptedKind) state() (int, []string) {
@@ -52,8 +53,30 @@ func (k *scriptedKind) state() (int, []string) {
 	return k.lists, append([]string(nil), k.from...)
 }
 
+// scriptedStream writes a watch's events as the API server does: one JSON
+// metav1.WatchEvent after another.
+type scriptedStream struct{ w *io.PipeWriter }
+
+func (s *scriptedStream) send(t *testing.T, typ watch.EventType, obj runtime.Object) {
+	t.Helper()
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := json.Marshal(metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: raw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.Write(append(ev, '\n')); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *scriptedStream) end() { _ = s.w.Close() }
+
 func object(rv string) *metav1.PartialObjectMetadata {
-	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "x", ResourceVersion: rv}}
+	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},
+		ObjectMeta: metav1.ObjectMeta{Name: "x", ResourceVersion: rv}}
 }
 
 // TestKindWatchResumes: a watch that ends is reopened from the last version seen (an
@@ -62,15 +85,15 @@ func object(rv string) *metav1.PartialObjectMetadata {
 // and that list is reported as a change, since events may have been missed.
 func TestKindWatchResumes(t *testing.T) {
 	expired := apierrors.NewResourceExpired("too old resource version: 12 (40)")
-	k := &scriptedKind{watches: make(chan *watch.FakeWatcher)}
+	k := &scriptedKind{watches: make(chan *scriptedStream)}
 	changed := make(chan struct{}, 10)
-	w := &kindWatch{ri: k, changed: func() { changed <- struct{}{} }}
+	w := &kindWatch{src: k, changed: func() { changed <- struct{}{} }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
 	go func() { w.run(ctx, func(error) {}); close(done) }()
 
-	next := func() *watch.FakeWatcher {
+	next := func() *scriptedStream {
 		t.Helper()
 		select {
 		case s := <-k.watches:
@@ -98,20 +121,22 @@ func TestKindWatchResumes(t *testing.T) {
 
 	s := next()
 	expectChanges(1, "for the first list")
-	s.Modify(object("11"))
+	s.send(t, watch.Modified, object("11"))
 	expectChanges(1, "for a modification")
-	s.Action(watch.Bookmark, object("12"))
+	s.send(t, watch.Bookmark, object("12"))
 	time.Sleep(1100 * time.Millisecond) // a watch ending sooner counts as a failure
-	s.Stop()
+	s.end()
 	s = next()
 	expectChanges(0, "for a bookmark and a watch reopened")
-	s.Error(&expired.ErrStatus)
+	status := expired.ErrStatus
+	status.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}
+	s.send(t, watch.Error, &status)
 	s = next()
 	expectChanges(1, "for the list after an expired version")
 	k.mu.Lock()
 	k.refuse = expired
 	k.mu.Unlock()
-	s.Stop()
+	s.end()
 	s = next()
 	expectChanges(1, "for the list after a watch refused as expired")
 
@@ -126,7 +151,7 @@ func TestKindWatchResumes(t *testing.T) {
 		}
 	}
 	cancel()
-	s.Stop()
+	s.end()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
