@@ -2,6 +2,7 @@ package controllers
 
 import (
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -27,7 +28,11 @@ import (
 //     takes back the operator's fields whether or not the cache saw it);
 //   - of the Services only those that opted in to a grant (the grants read nothing else);
 //   - of the MachineSets (Cluster API creates them, with its labels, not the operator's)
-//     only their labels and the two template references the operator reads.
+//     only their labels and the two template references the operator reads;
+//   - of the TenantControlPlanes (Kamaji's CAPI provider creates them without the
+//     operator's labels, so all are cached) only the endpoint, the version, the admin
+//     kubeconfig Secret's name and the port: not Kamaji's certificate, kubeadm, storage
+//     and add-on status or the deployment spec. The operator never writes them.
 //
 // No cached object keeps its managed fields. Every manager running the controllers
 // uses these.
@@ -42,6 +47,7 @@ func CacheOptions() cache.Options {
 		&clusterv1.Cluster{}:                 ours,
 		&clusterv1.MachineDeployment{}:       ours,
 		&clusterv1.MachineSet{}:              {Transform: machineSetRefs},
+		&kamajiv1alpha1.TenantControlPlane{}: {Transform: controlPlaneStatus},
 		&bootstrapv1.KubeadmConfigTemplate{}: ours,
 		&ciliumv2.CiliumNetworkPolicy{}:      ours,
 	}
@@ -79,6 +85,23 @@ func machineSetRefs(obj any) (any, error) {
 	}}
 	out.Spec.Template.Spec.InfrastructureRef = ms.Spec.Template.Spec.InfrastructureRef
 	out.Spec.Template.Spec.Bootstrap.ConfigRef = ms.Spec.Template.Spec.Bootstrap.ConfigRef
+	return out, nil
+}
+
+// controlPlaneStatus keeps of a TenantControlPlane what observing the providers reads.
+func controlPlaneStatus(obj any) (any, error) {
+	tcp, ok := obj.(*kamajiv1alpha1.TenantControlPlane)
+	if !ok {
+		return obj, nil
+	}
+	out := &kamajiv1alpha1.TenantControlPlane{TypeMeta: tcp.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Namespace: tcp.Namespace, Name: tcp.Name, UID: tcp.UID, ResourceVersion: tcp.ResourceVersion,
+		Generation: tcp.Generation, Labels: tcp.Labels, DeletionTimestamp: tcp.DeletionTimestamp,
+	}}
+	out.Spec.NetworkProfile.Port = tcp.Spec.NetworkProfile.Port
+	out.Status.ControlPlaneEndpoint = tcp.Status.ControlPlaneEndpoint
+	out.Status.Kubernetes.Version = tcp.Status.Kubernetes.Version
+	out.Status.KubeConfig.Admin.SecretName = tcp.Status.KubeConfig.Admin.SecretName
 	return out, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,7 +22,8 @@ import (
 // TestCachesHoldOnlyTheOperatorsObjects: another Cluster API user's Clusters, control
 // planes and Cilium policies on the management cluster are not in the operator's
 // informers (its memory follows its planes); the operator's own are; a MachineSet is
-// cached with only what pruning reads.
+// cached with only what pruning reads, a TenantControlPlane with only what observing
+// the providers reads.
 func TestCachesHoldOnlyTheOperatorsObjects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -52,6 +54,19 @@ func TestCachesHoldOnlyTheOperatorsObjects(t *testing.T) {
 		if err := k8s.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
+	}
+	tcp := newTCP(ns, "tcp")
+	tcp.Spec.NetworkProfile.Port = 7443
+	if err := k8s.Create(ctx, tcp); err != nil {
+		t.Fatal(err)
+	}
+	ready := kamajiv1alpha1.VersionReady
+	tcp.Status.ControlPlaneEndpoint = "10.0.0.1:7443"
+	tcp.Status.Kubernetes.Version = kamajiv1alpha1.KubernetesVersion{Version: "v1.33.4", Status: &ready}
+	tcp.Status.KubeConfig.Admin = kamajiv1alpha1.KubeconfigStatus{SecretName: "tcp-admin-kubeconfig", Checksum: "c1"}
+	tcp.Status.Certificates.CA = kamajiv1alpha1.CertificatePrivateKeyPairStatus{SecretName: "tcp-ca", Checksum: "c2"}
+	if err := k8s.Status().Update(ctx, tcp); err != nil {
+		t.Fatal(err)
 	}
 	names := func(l client.ObjectList) ([]string, error) {
 		if err := reconciler.Client.List(ctx, l, client.InNamespace(ns)); err != nil {
@@ -90,6 +105,22 @@ func TestCachesHoldOnlyTheOperatorsObjects(t *testing.T) {
 		}
 		if len(ms.ManagedFields) > 0 {
 			return fmt.Errorf("the cached MachineSet keeps its managed fields")
+		}
+		return nil
+	})
+	eventually(t, settle, func() error {
+		got := &kamajiv1alpha1.TenantControlPlane{}
+		if err := reconciler.Client.Get(ctx, client.ObjectKeyFromObject(tcp), got); err != nil {
+			return err
+		}
+		st := got.Status
+		if st.ControlPlaneEndpoint != "10.0.0.1:7443" || st.KubeConfig.Admin.SecretName != "tcp-admin-kubeconfig" ||
+			st.Kubernetes.Version.Version != "v1.33.4" || st.Kubernetes.Version.Status == nil || got.Spec.NetworkProfile.Port != 7443 {
+			return fmt.Errorf("the cached TenantControlPlane lost what the operator reads: %+v, port %d", st, got.Spec.NetworkProfile.Port)
+		}
+		if st.Certificates.CA.SecretName != "" || st.KubeConfig.Admin.Checksum != "" || got.Spec.Kubernetes.Version != "" ||
+			got.Spec.ControlPlane.Service.ServiceType != "" || len(got.ManagedFields) > 0 {
+			return fmt.Errorf("the cached TenantControlPlane keeps more than the operator reads: %+v", got)
 		}
 		return nil
 	})

@@ -8,7 +8,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 )
@@ -30,9 +29,16 @@ type planeMapper struct {
 type servedResources struct {
 	// byKind holds the group-version's resources (no subresources); nil when the plane
 	// does not serve the group-version.
-	byKind map[string]metav1.APIResource
+	byKind map[string]servedResource
 	// missingAt is when the plane answered that it does not serve it.
 	missingAt time.Time
+}
+
+// servedResource is what mapping reads of a discovered resource (a metav1.APIResource
+// also keeps verbs, short names and categories: most of a plane's mapper).
+type servedResource struct {
+	name, singular string
+	namespaced     bool
 }
 
 const missingRecheck = time.Minute
@@ -41,7 +47,7 @@ func newPlaneMapper(disco discovery.DiscoveryInterface) *planeMapper {
 	return &planeMapper{disco: disco, gvs: map[schema.GroupVersion]*servedResources{}}
 }
 
-func (m *planeMapper) resources(gv schema.GroupVersion) (map[string]metav1.APIResource, error) {
+func (m *planeMapper) resources(gv schema.GroupVersion) (map[string]servedResource, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if s := m.gvs[gv]; s != nil && (s.byKind != nil || time.Since(s.missingAt) < missingRecheck) {
@@ -55,10 +61,10 @@ func (m *planeMapper) resources(gv schema.GroupVersion) (map[string]metav1.APIRe
 	if err != nil {
 		return nil, err
 	}
-	byKind := map[string]metav1.APIResource{}
+	byKind := map[string]servedResource{}
 	for _, r := range list.APIResources {
 		if !strings.Contains(r.Name, "/") {
-			byKind[r.Kind] = r
+			byKind[r.Kind] = servedResource{name: r.Name, singular: r.SingularName, namespaced: r.Namespaced}
 		}
 	}
 	m.gvs[gv] = &servedResources{byKind: byKind}
@@ -77,10 +83,10 @@ func (m *planeMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*met
 		}
 		if r, ok := byKind[gk.Kind]; ok {
 			scope := meta.RESTScopeRoot
-			if r.Namespaced {
+			if r.namespaced {
 				scope = meta.RESTScopeNamespace
 			}
-			return &meta.RESTMapping{Resource: gv.WithResource(r.Name), GroupVersionKind: gv.WithKind(gk.Kind), Scope: scope}, nil
+			return &meta.RESTMapping{Resource: gv.WithResource(r.name), GroupVersionKind: gv.WithKind(gk.Kind), Scope: scope}, nil
 		}
 	}
 	return nil, &meta.NoKindMatchError{GroupKind: gk, SearchedVersions: versions}
@@ -94,30 +100,30 @@ func (m *planeMapper) RESTMappings(gk schema.GroupKind, versions ...string) ([]*
 	return []*meta.RESTMapping{mapping}, nil
 }
 
-// find returns the resource a fully qualified GroupVersionResource names (plural or
-// singular).
-func (m *planeMapper) find(resource schema.GroupVersionResource) (metav1.APIResource, error) {
+// find returns the kind and resource a fully qualified GroupVersionResource names
+// (plural or singular).
+func (m *planeMapper) find(resource schema.GroupVersionResource) (string, servedResource, error) {
 	if resource.Version == "" {
-		return metav1.APIResource{}, fmt.Errorf("mapping %s: the plane's mapper needs a version", resource)
+		return "", servedResource{}, fmt.Errorf("mapping %s: the plane's mapper needs a version", resource)
 	}
 	byKind, err := m.resources(resource.GroupVersion())
 	if err != nil {
-		return metav1.APIResource{}, err
+		return "", servedResource{}, err
 	}
-	for _, r := range byKind {
-		if r.Name == resource.Resource || r.SingularName == resource.Resource {
-			return r, nil
+	for kind, r := range byKind {
+		if r.name == resource.Resource || r.singular == resource.Resource {
+			return kind, r, nil
 		}
 	}
-	return metav1.APIResource{}, &meta.NoResourceMatchError{PartialResource: resource}
+	return "", servedResource{}, &meta.NoResourceMatchError{PartialResource: resource}
 }
 
 func (m *planeMapper) KindFor(resource schema.GroupVersionResource) (schema.GroupVersionKind, error) {
-	r, err := m.find(resource)
+	kind, _, err := m.find(resource)
 	if err != nil {
 		return schema.GroupVersionKind{}, err
 	}
-	return resource.GroupVersion().WithKind(r.Kind), nil
+	return resource.GroupVersion().WithKind(kind), nil
 }
 
 func (m *planeMapper) KindsFor(resource schema.GroupVersionResource) ([]schema.GroupVersionKind, error) {
@@ -129,11 +135,11 @@ func (m *planeMapper) KindsFor(resource schema.GroupVersionResource) ([]schema.G
 }
 
 func (m *planeMapper) ResourceFor(input schema.GroupVersionResource) (schema.GroupVersionResource, error) {
-	r, err := m.find(input)
+	_, r, err := m.find(input)
 	if err != nil {
 		return schema.GroupVersionResource{}, err
 	}
-	return input.GroupVersion().WithResource(r.Name), nil
+	return input.GroupVersion().WithResource(r.name), nil
 }
 
 func (m *planeMapper) ResourcesFor(input schema.GroupVersionResource) ([]schema.GroupVersionResource, error) {
@@ -149,8 +155,8 @@ func (m *planeMapper) ResourceSingularizer(resource string) (string, error) {
 	defer m.mu.Unlock()
 	for _, s := range m.gvs {
 		for _, r := range s.byKind {
-			if r.Name == resource && r.SingularName != "" {
-				return r.SingularName, nil
+			if r.name == resource && r.singular != "" {
+				return r.singular, nil
 			}
 		}
 	}
