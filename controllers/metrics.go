@@ -51,6 +51,10 @@ var (
 		Name: "computeplane_plane_full_reads_total",
 		Help: "Full reads of a plane's posture and identities (what the operator keeps there), by why the pass could not settle for the storage probe: Changed (its watches reported something), NotVerified (a drift or a revocation), RequestFailed, ProbeFailed, Failing, WatchesStopped, NotWatched, NeverRead, SpecClassOrCredentialChanged, ResyncDue (--plane-resync-interval), NotReady, Requested (a reconcile request), Disabled (--plane-resync-interval=0).",
 	}, []string{"reason"})
+	planeWatchEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "computeplane_plane_watch_events_total",
+		Help: "What the planes' watches saw, by resource and event: LISTED (a watch (re)started; what happened meanwhile is read in full), ADDED, MODIFIED, DELETED, or EXPIRED (the version to resume from was too old: a list follows). Each but EXPIRED wakes the plane's reconcile (computeplane_plane_full_reads_total{reason=\"Changed\"}).",
+	}, []string{"resource", "event"})
 	credentialsIssued = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "computeplane_applier_credentials_issued_total",
 		Help: "Applier kubeconfigs issued (a gate opening, or a token renewed after two thirds of its lifetime).",
@@ -77,7 +81,7 @@ func MetricsServerOptions(addr string, secure bool) metricsserver.Options {
 
 func init() {
 	metrics.Registry.MustRegister(stageDuration, provisionedToReady, teardownStageDuration,
-		driftRepairs, planeFullReads, credentialsIssued, credentialsRevoked, fleet)
+		driftRepairs, planeFullReads, planeWatchEvents, credentialsIssued, credentialsRevoked, fleet)
 }
 
 // fleet collects the state gauges at scrape time from the manager that Setup last

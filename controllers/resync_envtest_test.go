@@ -99,6 +99,7 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 	}
 
 	changedBefore := fullReads("Changed")
+	deletedBefore := counter("computeplane_plane_watch_events_total", map[string]string{"resource": "validatingadmissionpolicies", "event": "DELETED"})
 
 	// The watches still see a policy go: the gate closes and the policy is back.
 	victim := operatorPolicy(t, ctx, tenant)
@@ -115,6 +116,9 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 	if fullReads("Changed") <= changedBefore {
 		t.Error(`computeplane_plane_full_reads_total{reason="Changed"} did not move when the watches saw a policy deleted`)
 	}
+	if counter("computeplane_plane_watch_events_total", map[string]string{"resource": "validatingadmissionpolicies", "event": "DELETED"}) <= deletedBefore {
+		t.Error(`computeplane_plane_watch_events_total{resource="validatingadmissionpolicies",event="DELETED"} did not move when a policy was deleted`)
+	}
 
 	// At rest again, a cluster-admin of the plane who is not the operator adds a
 	// MutatingAdmissionPolicy (no admission policy can refuse it; nothing of the
@@ -129,19 +133,29 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 
 // fullReads is the in-process manager's computeplane_plane_full_reads_total{reason}.
 func fullReads(reason string) float64 {
+	return counter("computeplane_plane_full_reads_total", map[string]string{"reason": reason})
+}
+
+// counter is the in-process manager's counter of that name with those labels (0 when
+// it has not counted yet).
+func counter(name string, labels map[string]string) float64 {
 	families, err := metrics.Registry.Gather()
 	if err != nil {
 		return 0
 	}
 	for _, f := range families {
-		if f.GetName() != "computeplane_plane_full_reads_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			matched := 0
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
+				if v, ok := labels[l.GetName()]; ok && v == l.GetValue() {
+					matched++
 				}
+			}
+			if matched == len(labels) {
+				return m.GetCounter().GetValue()
 			}
 		}
 	}

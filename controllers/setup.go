@@ -60,7 +60,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*ComputePlaneRecon
 			// Inside a plane only what the operator labelled is cached (and every
 			// namespace): the tenant does not decide the operator's memory.
 			WatchSelector: labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue}),
-			Log:           mgr.GetLogger().WithName("planes"),
+			OnWatchEvent: func(resource, event string) {
+				planeWatchEvents.WithLabelValues(resource, event).Inc()
+			},
+			Log: mgr.GetLogger().WithName("planes"),
 		},
 	}
 	if err := mgr.Add(r.Planes); err != nil {

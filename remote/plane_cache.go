@@ -77,6 +77,10 @@ type ClusterCache struct {
 	// removed, its credential rotates, or it stays unreachable past the grace period
 	// (they start again when it answers).
 	OnChange func(key types.NamespacedName)
+	// OnWatchEvent, when set, is told what each change OnChange hears of was: the
+	// resource and WatchListed, or the event's type (ADDED, MODIFIED, DELETED). A
+	// version too old to resume from is told as WatchExpired (its list follows).
+	OnWatchEvent func(resource, event string)
 	// Log receives what cannot be returned to a caller (a watch that failed).
 	Log logr.Logger
 

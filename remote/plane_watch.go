@@ -34,6 +34,12 @@ var WatchedResources = []schema.GroupVersionResource{
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
 }
 
+// What a plane's watches tell OnWatchEvent besides the events' own types.
+const (
+	WatchListed  = "LISTED"
+	WatchExpired = "EXPIRED"
+)
+
 const (
 	// watchTimeout bounds one watch request (the API server ends it then, and it is
 	// reopened from the last version seen), as client-go's reflectors do, so a watch
@@ -65,7 +71,15 @@ func (c *ClusterCache) watchPlane(ctx context.Context, e *entry) error {
 		if unscoped(gvr) {
 			sel = ""
 		}
-		w := &kindWatch{src: planeKind{rc: rc, path: resourcePath(gvr)}, selector: sel, changed: func() { c.changed(e) }}
+		resource := gvr.Resource
+		w := &kindWatch{src: planeKind{rc: rc, path: resourcePath(gvr)}, selector: sel, changed: func(event string) {
+			if event != WatchExpired {
+				c.changed(e)
+			}
+			if c.OnWatchEvent != nil {
+				c.OnWatchEvent(resource, event)
+			}
+		}}
 		go w.run(ctx, func(err error) {
 			c.Log.V(1).Info("watching the plane failed; retrying", "plane", e.key, "resource", gvr.Resource, "error", err.Error())
 		})
@@ -134,7 +148,9 @@ type objectVersion struct {
 type kindWatch struct {
 	src      kindSource
 	selector string
-	changed  func()
+	// changed is told each list (WatchListed), each change (the event's type), and each
+	// version found too old (WatchExpired, before the list it leads to).
+	changed func(event string)
 }
 
 // run lists (one item: only the collection's version is wanted) and watches from there,
@@ -159,7 +175,7 @@ func (w *kindWatch) run(ctx context.Context, failed func(error)) {
 		if rv == "" {
 			v, err := w.src.list(ctx, metav1.ListOptions{LabelSelector: w.selector, Limit: 1})
 			if apierrors.IsNotFound(err) {
-				w.changed()
+				w.changed(WatchListed)
 				return
 			}
 			if err == nil && v == "" {
@@ -170,7 +186,7 @@ func (w *kindWatch) run(ctx context.Context, failed func(error)) {
 				continue
 			}
 			rv = v
-			w.changed()
+			w.changed(WatchListed)
 		}
 		timeout := int64(watchTimeout.Seconds() * (1 + rand.Float64()))
 		s, err := w.src.watch(ctx, metav1.ListOptions{LabelSelector: w.selector, ResourceVersion: rv,
@@ -178,6 +194,7 @@ func (w *kindWatch) run(ctx context.Context, failed func(error)) {
 		if err != nil {
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 				rv = ""
+				w.changed(WatchExpired)
 			}
 			wait(err)
 			continue
@@ -226,11 +243,12 @@ func (w *kindWatch) follow(s io.ReadCloser, rv string) (string, error) {
 			}
 			err := apierrors.FromObject(&status)
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				w.changed(WatchExpired)
 				return "", err
 			}
 			return rv, err
 		case watch.Added, watch.Modified, watch.Deleted:
-			w.changed()
+			w.changed(string(ev.Type))
 			fallthrough
 		case watch.Bookmark:
 			var o objectVersion

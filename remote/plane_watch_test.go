@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"testing"
@@ -87,7 +88,16 @@ func TestKindWatchResumes(t *testing.T) {
 	expired := apierrors.NewResourceExpired("too old resource version: 12 (40)")
 	k := &scriptedKind{watches: make(chan *scriptedStream)}
 	changed := make(chan struct{}, 10)
-	w := &kindWatch{src: k, changed: func() { changed <- struct{}{} }}
+	var mu sync.Mutex
+	var events []string
+	w := &kindWatch{src: k, changed: func(event string) {
+		mu.Lock()
+		events = append(events, event)
+		mu.Unlock()
+		if event != WatchExpired {
+			changed <- struct{}{}
+		}
+	}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
@@ -140,6 +150,12 @@ func TestKindWatchResumes(t *testing.T) {
 	s = next()
 	expectChanges(1, "for the list after a watch refused as expired")
 
+	mu.Lock()
+	told := fmt.Sprint(events)
+	mu.Unlock()
+	if want := "[LISTED MODIFIED EXPIRED LISTED EXPIRED LISTED]"; told != want {
+		t.Errorf("told %s, want %s", told, want)
+	}
 	lists, from := k.state()
 	want := []string{"10", "12", "10", "10", "10"}
 	if lists != 3 || len(from) != len(want) {

@@ -241,19 +241,26 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	fullReads := m1["computeplane_plane_full_reads_total"] - m0["computeplane_plane_full_reads_total"]
 	b.ReportMetric(fullReads/minutes/float64(n), "full-reads/min/plane")
 	fmt.Fprintf(os.Stderr, "planes=%d: full reads of a plane at rest: %.0f (%.2f/min per plane)\n", n, fullReads, fullReads/minutes/float64(n))
-	var why []string
-	for k, v := range m1 {
-		if strings.HasPrefix(k, "computeplane_plane_full_reads_total{") && v > m0[k] {
-			why = append(why, fmt.Sprintf("  %-70s %6.0f\n", strings.TrimPrefix(k, "computeplane_plane_full_reads_total"), v-m0[k]))
-		}
-	}
-	sort.Strings(why)
-	fmt.Fprint(os.Stderr, strings.Join(why, ""))
+	fmt.Fprint(os.Stderr, counterMoves(m0, m1, "computeplane_plane_full_reads_total"))
+	fmt.Fprintf(os.Stderr, "planes=%d: what the planes' watches saw at rest:\n%s", n, counterMoves(m0, m1, "computeplane_plane_watch_events_total"))
 	// The breakdowns go to stderr: a benchmark's log is cut after a few lines.
 	fmt.Fprintf(os.Stderr, "planes=%d: management apiserver, operator's requests at rest: %.1f/min (%d, of which %d writes)\n%s", n,
 		float64(mgmtReqs.total)/minutes, mgmtReqs.total, mgmtReqs.writes, mgmtReqs.breakdown(minutes, 1))
 	fmt.Fprintf(os.Stderr, "planes=%d: planes, operator's requests at rest: %.2f/min per plane (%d in all, of which %d writes)\n%s", n,
 		float64(planeReqs.total)/minutes/float64(n), planeReqs.total, planeReqs.writes, planeReqs.breakdown(minutes, n))
+}
+
+// counterMoves lists, one per line, how much each labelled series of a counter moved
+// between two scrapes.
+func counterMoves(m0, m1 map[string]float64, name string) string {
+	var out []string
+	for k, v := range m1 {
+		if strings.HasPrefix(k, name+"{") && v > m0[k] {
+			out = append(out, fmt.Sprintf("  %-70s %6.0f\n", strings.TrimPrefix(k, name), v-m0[k]))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "")
 }
 
 // saveHeapProfile saves the manager's heap profile (FLEET_PROFILE_DIR, or the temporary
