@@ -70,6 +70,7 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	}
 	planeFullReads.WithLabelValues(why).Inc()
 	s.read.mark, s.read.watched = r.Planes.Mark(key)
+	ctrl.LoggerFrom(ctx).V(1).Info("reading the plane in full", "reason", why, "mark", s.read.mark)
 	posture := postureFor(s.plane, s.class, plane.Identity)
 
 	wasVerified := r.Planes.WasVerified(key, cpv1.PodSecurityCondition, verified(s.plane))

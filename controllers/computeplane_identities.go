@@ -99,6 +99,7 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 	if r.ResyncInterval > 0 && s.read.watched {
 		// Every stage before this one was read in full and found as left in this pass.
 		r.Planes.Settled(key, s.read.mark, s.read.fingerprint, minTime(time.Now().Add(r.ResyncInterval), rotateAt))
+		ctrl.LoggerFrom(ctx).V(1).Info("the plane is as left: settled", "mark", s.read.mark)
 	}
 	s.observe(cpv1.IdentitiesCondition, stageTrue(cpv1.SucceededReason, fmt.Sprintf(
 		"deployer %s/%s may deploy into %v; applier %s/%s may only impersonate it; its kubeconfig Secret %s expires at %s and is renewed at %s",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -72,14 +73,15 @@ type ClusterCache struct {
 	// plane's cluster administrators can create them.
 	WatchSelector labels.Selector
 	// OnChange, when set, is called whenever something the plane's watches follow
-	// (WatchedResources) changes, and each time they (re)start: whatever happened while
-	// nothing watched is for the caller to read. The watches stop when the plane is
-	// removed, its credential rotates, or it stays unreachable past the grace period
-	// (they start again when it answers).
+	// (WatchedResources) changes, and each time they list again (a version too old to
+	// resume from): whatever happened while nothing watched is for the caller to read.
+	// Their first lists, when the plane connects, are waited for by Get instead. The
+	// watches stop when the plane is removed, its credential rotates, or it stays
+	// unreachable past the grace period (they start again when it answers).
 	OnChange func(key types.NamespacedName)
-	// OnWatchEvent, when set, is told what each change OnChange hears of was: the
-	// resource and WatchListed, or the event's type (ADDED, MODIFIED, DELETED). A
-	// version too old to resume from is told as WatchExpired (its list follows).
+	// OnWatchEvent, when set, is told what the watches saw: the resource and
+	// WatchListed (a list, the first ones included), the event's type (ADDED, MODIFIED,
+	// DELETED), or WatchExpired (a version too old to resume from; a list follows).
 	OnWatchEvent func(resource, event string)
 	// Log receives what cannot be returned to a caller (a watch that failed).
 	Log logr.Logger
@@ -113,6 +115,10 @@ type entry struct {
 	lastErr  error
 	// stopWatches stops the plane's watches; nil while not watching.
 	stopWatches context.CancelFunc
+	// listed is closed once each of the watches has listed its kind (the version it
+	// watches from); unlisted counts those that have not yet.
+	listed   chan struct{}
+	unlisted atomic.Int32
 	// changes counts what the watches reported (each change, each (re)list).
 	changes uint64
 	// settled is the last full read that found the plane as the operator left it.
@@ -250,10 +256,15 @@ func (c *ClusterCache) Quiet(key types.NamespacedName, fingerprint string, now t
 
 // changed counts a change the plane's watches saw and tells OnChange.
 func (c *ClusterCache) changed(e *entry) {
+	c.count(e)
+	c.OnChange(e.key)
+}
+
+// count counts a change the plane's watches saw.
+func (c *ClusterCache) count(e *entry) {
 	c.mu.Lock()
 	e.changes++
 	c.mu.Unlock()
-	c.OnChange(e.key)
 }
 
 // WasVerified reports what SetVerified last recorded for the plane's stage, or, when
@@ -389,17 +400,28 @@ func (c *ClusterCache) watch(ctx context.Context, e *entry) error {
 		return fmt.Errorf("the cluster cache has not been started: %w", ctx.Err())
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if e.stopWatches != nil || c.entries[e.key] != e {
 		// Watching already, or replaced (a rotated credential) or removed meanwhile.
+		c.mu.Unlock()
 		return nil
 	}
 	watchCtx, cancel := context.WithCancel(c.ctx)
-	if err := c.watchPlane(watchCtx, e); err != nil {
+	listed, err := c.watchPlane(watchCtx, e)
+	if err != nil {
+		c.mu.Unlock()
 		cancel()
 		return err
 	}
 	e.stopWatches = cancel
+	c.mu.Unlock()
+	// The caller's full read is marked against what the watches report (Mark); a list
+	// landing after that mark is a change, and the plane would be read in full again at
+	// once. Wait (briefly) for the lists, so a plane just connected is read once.
+	select {
+	case <-listed:
+	case <-time.After(c.Timeout):
+	case <-ctx.Done():
+	}
 	return nil
 }
 

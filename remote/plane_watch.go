@@ -55,13 +55,18 @@ const (
 // only on the wire). Each kind costs one goroutine, which also decodes its stream
 // (client-go's watch would add a decoding goroutine and its buffers per stream: a
 // third of the goroutines of a fleet), and the HTTP/2 stream's own.
-func (c *ClusterCache) watchPlane(ctx context.Context, e *entry) error {
+//
+// The channel it returns is closed once every watch has listed its kind.
+func (c *ClusterCache) watchPlane(ctx context.Context, e *entry) (<-chan struct{}, error) {
 	cfg := rest.CopyConfig(e.config)
 	cfg.NegotiatedSerializer = metascheme.Codecs.WithoutConversion()
 	rc, err := rest.UnversionedRESTClientForConfigAndClient(cfg, e.watchHTTP)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	listed := make(chan struct{})
+	e.listed = listed
+	e.unlisted.Store(int32(len(WatchedResources)))
 	selector := ""
 	if c.WatchSelector != nil {
 		selector = c.WatchSelector.String()
@@ -72,19 +77,31 @@ func (c *ClusterCache) watchPlane(ctx context.Context, e *entry) error {
 			sel = ""
 		}
 		resource := gvr.Resource
+		initial := true
 		w := &kindWatch{src: planeKind{rc: rc, path: resourcePath(gvr)}, selector: sel, changed: func(event string) {
-			if event != WatchExpired {
+			switch {
+			case event == WatchListed && initial:
+				// The watches' first lists: watch waits for them, and its caller reads
+				// the plane after (a list it did not wait for still counts, so a read
+				// marked before it does not settle the plane).
+				initial = false
+				c.count(e)
+			case event != WatchExpired:
 				c.changed(e)
 			}
 			if c.OnWatchEvent != nil {
 				c.OnWatchEvent(resource, event)
+			}
+		}, listed: func() {
+			if e.unlisted.Add(-1) == 0 {
+				close(listed)
 			}
 		}}
 		go w.run(ctx, func(err error) {
 			c.Log.V(1).Info("watching the plane failed; retrying", "plane", e.key, "resource", gvr.Resource, "error", err.Error())
 		})
 	}
-	return nil
+	return listed, nil
 }
 
 // unscoped kinds are watched whoever labelled them.
@@ -151,6 +168,9 @@ type kindWatch struct {
 	// changed is told each list (WatchListed), each change (the event's type), and each
 	// version found too old (WatchExpired, before the list it leads to).
 	changed func(event string)
+	// listed, when set, is called once, after the first list (or the answer that the
+	// kind is not served).
+	listed func()
 }
 
 // run lists (one item: only the collection's version is wanted) and watches from there,
@@ -162,6 +182,13 @@ type kindWatch struct {
 func (w *kindWatch) run(ctx context.Context, failed func(error)) {
 	rv := ""
 	retry := time.Second
+	first := w.listed
+	listed := func() {
+		if first != nil {
+			first()
+			first = nil
+		}
+	}
 	wait := func(err error) {
 		failed(err)
 		d := time.Duration(float64(retry) * (0.5 + rand.Float64()))
@@ -176,6 +203,7 @@ func (w *kindWatch) run(ctx context.Context, failed func(error)) {
 			v, err := w.src.list(ctx, metav1.ListOptions{LabelSelector: w.selector, Limit: 1})
 			if apierrors.IsNotFound(err) {
 				w.changed(WatchListed)
+				listed()
 				return
 			}
 			if err == nil && v == "" {
@@ -187,6 +215,7 @@ func (w *kindWatch) run(ctx context.Context, failed func(error)) {
 			}
 			rv = v
 			w.changed(WatchListed)
+			listed()
 		}
 		timeout := int64(watchTimeout.Seconds() * (1 + rand.Float64()))
 		s, err := w.src.watch(ctx, metav1.ListOptions{LabelSelector: w.selector, ResourceVersion: rv,
