@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -115,10 +114,6 @@ type entry struct {
 	lastErr  error
 	// stopWatches stops the plane's watches; nil while not watching.
 	stopWatches context.CancelFunc
-	// listed is closed once each of the watches has listed its kind (the version it
-	// watches from); unlisted counts those that have not yet.
-	listed   chan struct{}
-	unlisted atomic.Int32
 	// changes counts what the watches reported (each change, each (re)list).
 	changes uint64
 	// settled is the last full read that found the plane as the operator left it.

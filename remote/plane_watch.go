@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -65,8 +66,8 @@ func (c *ClusterCache) watchPlane(ctx context.Context, e *entry) (<-chan struct{
 		return nil, err
 	}
 	listed := make(chan struct{})
-	e.listed = listed
-	e.unlisted.Store(int32(len(WatchedResources)))
+	var unlisted atomic.Int32
+	unlisted.Store(int32(len(WatchedResources)))
 	selector := ""
 	if c.WatchSelector != nil {
 		selector = c.WatchSelector.String()
@@ -93,7 +94,7 @@ func (c *ClusterCache) watchPlane(ctx context.Context, e *entry) (<-chan struct{
 				c.OnWatchEvent(resource, event)
 			}
 		}, listed: func() {
-			if e.unlisted.Add(-1) == 0 {
+			if unlisted.Add(-1) == 0 {
 				close(listed)
 			}
 		}}
