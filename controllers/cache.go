@@ -73,16 +73,20 @@ func unstructuredKinds() []schema.GroupVersionKind {
 	}
 }
 
+// identity is what a trimmed cached object keeps of its metadata: who it is, its
+// version, its labels, and whether it is going.
+func identity(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		Generation: m.Generation, Labels: m.Labels, DeletionTimestamp: m.DeletionTimestamp}
+}
+
 // machineSetRefs keeps of a MachineSet what pruning old node group templates reads.
 func machineSetRefs(obj any) (any, error) {
 	ms, ok := obj.(*clusterv1.MachineSet)
 	if !ok {
 		return obj, nil
 	}
-	out := &clusterv1.MachineSet{TypeMeta: ms.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-		Namespace: ms.Namespace, Name: ms.Name, UID: ms.UID, ResourceVersion: ms.ResourceVersion,
-		Labels: ms.Labels, DeletionTimestamp: ms.DeletionTimestamp,
-	}}
+	out := &clusterv1.MachineSet{TypeMeta: ms.TypeMeta, ObjectMeta: identity(ms.ObjectMeta)}
 	out.Spec.Template.Spec.InfrastructureRef = ms.Spec.Template.Spec.InfrastructureRef
 	out.Spec.Template.Spec.Bootstrap.ConfigRef = ms.Spec.Template.Spec.Bootstrap.ConfigRef
 	return out, nil
@@ -94,10 +98,7 @@ func controlPlaneStatus(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	out := &kamajiv1alpha1.TenantControlPlane{TypeMeta: tcp.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-		Namespace: tcp.Namespace, Name: tcp.Name, UID: tcp.UID, ResourceVersion: tcp.ResourceVersion,
-		Generation: tcp.Generation, Labels: tcp.Labels, DeletionTimestamp: tcp.DeletionTimestamp,
-	}}
+	out := &kamajiv1alpha1.TenantControlPlane{TypeMeta: tcp.TypeMeta, ObjectMeta: identity(tcp.ObjectMeta)}
 	out.Spec.NetworkProfile.Port = tcp.Spec.NetworkProfile.Port
 	out.Status.ControlPlaneEndpoint = tcp.Status.ControlPlaneEndpoint
 	out.Status.Kubernetes.Version = tcp.Status.Kubernetes.Version

@@ -54,7 +54,8 @@ func ApplierKubeconfig(admin *AdminCredential, token string) ([]byte, error) {
 }
 
 // RevokeApplier takes the applier's standing in the plane away: it deletes the applier
-// ServiceAccount, so every token ever issued for it stops working at once (a bound
+// ServiceAccount, so every token ever issued for it stops working as soon as the plane's
+// apiserver's caches see it gone (milliseconds; the burst test measures it) (a bound
 // token names its ServiceAccount's UID, which a recreated account does not have), and
 // its impersonation bindings. A copied token is then worthless whether or not the
 // applier Secret still exists. It touches only objects carrying labels (the plane's),

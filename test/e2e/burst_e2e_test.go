@@ -36,9 +36,7 @@ const applierUser = "system:serviceaccount:" + remote.ApplierNamespace + ":" + r
 func burstSize(t *testing.T) (planes, releases int) {
 	v := os.Getenv("E2E_BURST")
 	if v == "" {
-		// Not yet in CI: under CI's load some plane requests time out (2 s here) and the
-		// gate they close stays closed through the controller's backoff; see
-		// docs/benchmarks.md.
+		// Ten minutes and more: `make burst` runs it (CI does, after the fault suite).
 		t.Skip("E2E_BURST is not set; `make burst` runs 1,000 releases over 10 planes")
 	}
 	if _, err := fmt.Sscanf(v, "%d,%d", &planes, &releases); err != nil {
@@ -106,7 +104,7 @@ func TestBurstWithFlappingGates(t *testing.T) {
 	drifts := 0
 	for i, p := range planes {
 		g := checkGateInAudit(t, ctx, p)
-		all.violations, all.writes, all.closings = all.violations+g.violations, all.writes+g.writes, all.closings+g.closings
+		all.violations, all.writes, all.closings, all.raced = all.violations+g.violations, all.writes+g.writes, all.closings+g.closings, all.raced+g.raced
 		all.detect = append(all.detect, g.detect...)
 		drifts += flaps[i]
 		if g.closings < flaps[i] {
@@ -122,8 +120,8 @@ func TestBurstWithFlappingGates(t *testing.T) {
 		t.Logf("FIGURE drift → credential revoked in the plane: mean %s, max %s (%d closings)",
 			(sum / time.Duration(n)).Round(time.Millisecond), all.detect[n-1].Round(time.Millisecond), n)
 	}
-	t.Logf("FIGURE flapping: %d drifts, %d gate closings in the planes' audit logs; %d writes by the applier, %d while a gate was closed",
-		drifts, all.closings, all.writes, all.violations)
+	t.Logf("FIGURE flapping: %d drifts, %d gate closings in the planes' audit logs; %d writes by the applier, %d while a gate was closed, %d racing a revocation (within %s of the ServiceAccount's deletion, before its RoleBinding's)",
+		drifts, all.closings, all.writes, all.violations, all.raced, revocationWindow)
 }
 
 // create creates obj, retrying what a loaded API server answers for a while (a webhook
@@ -189,15 +187,27 @@ type gateAudit struct {
 	// after the operator had read the plane with a policy missing.
 	violations int
 	writes     int
-	closings   int
+	// raced: writes received while the revocation was taking effect (revocationWindow).
+	raced    int
+	closings int
 	// detect is, per closing after a drift, drift → credential revoked.
 	detect []time.Duration
 }
 
+// revocationWindow bounds how long a revocation takes to take effect once the applier's
+// ServiceAccount is deleted: the plane's apiserver authenticates tokens against its own
+// cache of ServiceAccounts, and authorizes against its cache of RoleBindings, so a
+// request received a few milliseconds after the deletion completed may still pass
+// (seen: up to 21 ms in CI, always before the impersonation RoleBinding's deletion, the
+// revocation's last step, completed).
+const revocationWindow = 100 * time.Millisecond
+
 // checkGateInAudit reads a plane's audit log in the order its apiserver received the
-// requests. The gate is closed from the operator's deletion of the applier
-// ServiceAccount until it issues the applier a new token; a write by the applier in
-// between is a violation. A token issued while one of the operator's policies is
+// requests. The gate is closing from the completion of the operator's deletion of the
+// applier ServiceAccount, and closed once the revocation's last step (the applier's
+// impersonation RoleBinding deleted) completed or revocationWindow passed, until the
+// operator issues the applier a new token. A write by the applier while closed is a
+// violation; one while closing raced the revocation and is counted apart. A token issued while one of the operator's policies is
 // deleted is a violation when the operator had read the policies after the deletion
 // (it knew); before that it is the drift's detection time, which is measured.
 func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) gateAudit {
@@ -215,8 +225,9 @@ func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) g
 	// was still in flight raced it, and was authenticated before it took effect.
 	revocation := func(e testenv.AuditEvent) bool {
 		r := e.ObjectRef
-		return r != nil && e.Verb == "delete" && r.Resource == "serviceaccounts" && r.Subresource == "" &&
-			r.Namespace == remote.ApplierNamespace && r.Name == remote.ApplierName
+		return r != nil && e.Verb == "delete" && r.Subresource == "" && r.Name == remote.ApplierName &&
+			(r.Resource == "serviceaccounts" && r.Namespace == remote.ApplierNamespace ||
+				r.Resource == "rolebindings" && r.Namespace == p.Namespace)
 	}
 	when := func(e testenv.AuditEvent) time.Time {
 		if revocation(e) {
@@ -231,6 +242,7 @@ func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) g
 	}
 	var (
 		g        gateAudit
+		closing  time.Time // the applier ServiceAccount's deletion completed
 		closed   bool
 		missing  = map[string]time.Time{} // policy → when the test deleted it
 		lastRead time.Time                // the operator's last read of the policies
@@ -250,6 +262,9 @@ func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) g
 			continue
 		}
 		at := when(e)
+		if !closing.IsZero() && !closed && at.Sub(closing) > revocationWindow {
+			closed = true
+		}
 		if r.Resource != "secrets" && r.Resource != "configmaps" && (e.Mutating() || r.Resource == "validatingadmissionpolicies") {
 			trail = append(trail, fmt.Sprintf("%s %s %s %s/%s %s/%s", at.Format("15:04:05.000000"), e.User.Username, e.Verb, r.Resource, r.Subresource, r.Namespace, r.Name))
 		}
@@ -259,10 +274,15 @@ func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) g
 				continue
 			}
 			g.writes++
-			if closed {
+			switch {
+			case closed:
 				g.violations++
 				t.Errorf("plane %s: the applier %s %s %s/%s at %s while the gate was closed",
 					p.Namespace, e.Verb, r.Resource, r.Namespace, r.Name, at.Format(time.RFC3339Nano))
+			case !closing.IsZero():
+				g.raced++
+				t.Logf("plane %s: the applier %s %s %s/%s at %s raced the revocation (%s after the ServiceAccount's deletion completed)",
+					p.Namespace, e.Verb, r.Resource, r.Namespace, r.Name, at.Format(time.RFC3339Nano), at.Sub(closing))
 			}
 		case e.User.Username != testenv.AdminUser:
 			// The test's own drifts.
@@ -276,12 +296,14 @@ func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) g
 				lastRead = at
 			}
 		case applierSA(r) && e.Verb == "delete":
-			if !closed {
+			if !closed && closing.IsZero() {
 				g.closings++
 				if first := earliest(missing); !first.IsZero() {
 					g.detect = append(g.detect, at.Sub(first))
 				}
+				closing = at
 			}
+		case revocation(e) && r.Resource == "rolebindings" && !closing.IsZero():
 			closed = true
 		case applierSA(r) && e.Verb == "create" && r.Subresource == "token":
 			for name, since := range missing {
@@ -291,7 +313,7 @@ func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) g
 						p.Namespace, at.Format(time.RFC3339Nano), lastRead.Format(time.RFC3339Nano), name, since.Format(time.RFC3339Nano))
 				}
 			}
-			closed = false
+			closed, closing = false, time.Time{}
 		}
 	}
 	return g
