@@ -3,6 +3,7 @@ package controllers
 import (
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -32,7 +33,10 @@ import (
 //   - of the TenantControlPlanes (Kamaji's CAPI provider creates them without the
 //     operator's labels, so all are cached) only the endpoint, the version, the admin
 //     kubeconfig Secret's name and the port: not Kamaji's certificate, kubeadm, storage
-//     and add-on status or the deployment spec. The operator never writes them.
+//     and add-on status or the deployment spec. The operator never writes them;
+//   - of the HelmReleases only the placement releases (whole: the placement controller
+//     patches them); the operator's add-on releases have a cache of their own (addons.go)
+//     and the management cluster's other releases are cached by neither.
 //
 // No cached object keeps its managed fields. Every manager running the controllers
 // uses these.
@@ -50,6 +54,7 @@ func CacheOptions() cache.Options {
 		&kamajiv1alpha1.TenantControlPlane{}: {Transform: controlPlaneStatus},
 		&bootstrapv1.KubeadmConfigTemplate{}: ours,
 		&ciliumv2.CiliumNetworkPolicy{}:      ours,
+		&helmv2.HelmRelease{}:                {Label: labels.SelectorFromSet(labels.Set{cpv1.PlacementLabel: cpv1.PlacementLabelValue})},
 	}
 	for _, gvk := range unstructuredKinds() {
 		u := &unstructured.Unstructured{}

@@ -8,10 +8,12 @@ import (
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -124,6 +126,49 @@ func TestCachesHoldOnlyTheOperatorsObjects(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestCachesHoldOnlyTheOperatorsReleases: of the HelmReleases the operator caches the
+// placement releases (the manager's cache) and its own add-on releases (their own
+// cache), not the others of the management cluster.
+func TestCachesHoldOnlyTheOperatorsReleases(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := planeWithClass(t, ctx, newClass("cache-"+rand.String(6)))
+	release := func(name string, l map[string]string) *helmv2.HelmRelease {
+		return &helmv2.HelmRelease{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: name, Labels: l},
+			Spec: helmv2.HelmReleaseSpec{Interval: metav1.Duration{Duration: time.Minute},
+				ChartRef: &helmv2.CrossNamespaceSourceReference{Kind: "OCIRepository", Name: "app"}}}
+	}
+	// Created in this order, so a cache that holds the last one has seen the others.
+	for _, o := range []client.Object{
+		release("theirs", nil),
+		release("addon", map[string]string{render.ManagedByLabel: render.ManagedByValue}),
+		placementRelease(p.Namespace, "app"),
+	} {
+		if err := k8s.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		cache client.Reader
+		want  string
+	}{{reconciler.Client, "[app]"}, {reconciler.Addons, "[addon]"}} {
+		eventually(t, settle, func() error {
+			var l helmv2.HelmReleaseList
+			if err := c.cache.List(ctx, &l, client.InNamespace(p.Namespace)); err != nil {
+				return err
+			}
+			var got []string
+			for _, hr := range l.Items {
+				got = append(got, hr.Name)
+			}
+			if fmt.Sprint(got) != c.want {
+				return fmt.Errorf("the cache holds HelmReleases %v, want %s", got, c.want)
+			}
+			return nil
+		})
+	}
 }
 
 func metaItems(l client.ObjectList) ([]metav1.Object, error) {

@@ -25,6 +25,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -58,6 +59,9 @@ type ComputePlaneReconciler struct {
 	RequeueInterval time.Duration
 	// Planes holds the connections to the planes' own API servers.
 	Planes *remote.ClusterCache
+	// Addons is the add-on releases' cache (nil: read through Client); SetupWithManager
+	// makes it (addons.go).
+	Addons cache.Cache
 	// TokenLifetime of the applier's tokens (renewed after two thirds of it).
 	TokenLifetime time.Duration
 	// ResyncInterval is the longest a plane whose watches saw nothing goes without a
@@ -110,6 +114,13 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 	if opts.ReconcileRequests {
 		own = predicate.Or(own, reconcileRequestedPredicate{})
 	}
+	if r.Addons == nil {
+		addons, err := newAddonCache(mgr)
+		if err != nil {
+			return err
+		}
+		r.Addons = addons
+	}
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		For(&cpv1.ComputePlane{}, builder.WithPredicates(own)).
 		// A plane's class decides whether its spec is valid: re-check on every class change.
@@ -124,7 +135,9 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		// What the providers report about the objects the operator applied.
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
 		Watches(&clusterv1.MachineDeployment{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
-		Watches(&helmv2.HelmRelease{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
+		WatchesRawSource(source.Kind(r.Addons, &helmv2.HelmRelease{}, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, o *helmv2.HelmRelease) []ctrl.Request {
+			return planeFromLabels(ctx, o)
+		}))).
 		// A plane's baseline carries its labels; a namespace's default deny does not.
 		Watches(&ciliumv2.CiliumNetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []ctrl.Request {
 			if reqs := planeFromLabels(ctx, o); reqs != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -163,12 +162,12 @@ func (r *ComputePlaneReconciler) deleteAddons(ctx context.Context, s *scope) (bo
 	if ns == "" {
 		return true, "", nil
 	}
-	var hrs helmv2.HelmReleaseList
-	if err := r.List(ctx, &hrs, client.InNamespace(ns), s.planeSelector()); err != nil {
+	hrs, err := r.addonReleases(ctx, ns, s.planeSelector())
+	if err != nil {
 		return false, "", err
 	}
-	for i := range hrs.Items {
-		hr := &hrs.Items[i]
+	for i := range hrs {
+		hr := &hrs[i]
 		if !hr.Spec.Suspend {
 			patch := client.MergeFrom(hr.DeepCopy())
 			hr.Spec.Suspend = true
@@ -182,7 +181,7 @@ func (r *ComputePlaneReconciler) deleteAddons(ctx context.Context, s *scope) (bo
 			}
 		}
 	}
-	if n := len(hrs.Items); n > 0 {
+	if n := len(hrs); n > 0 {
 		return false, fmt.Sprintf("waiting for %d HelmRelease(s) in %s to go", n, ns), nil
 	}
 	return true, "", nil

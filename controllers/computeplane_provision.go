@@ -213,11 +213,11 @@ func (r *ComputePlaneReconciler) observeProviders(ctx context.Context, s *scope,
 		return nil, err
 	}
 	obs.machineDeploys = mds.Items
-	var hrs helmv2.HelmReleaseList
-	if err := r.List(ctx, &hrs, client.InNamespace(ns), s.planeSelector()); err != nil {
+	addons, err := r.addonReleases(ctx, ns, s.planeSelector())
+	if err != nil {
 		return nil, err
 	}
-	obs.addons = hrs.Items
+	obs.addons = addons
 
 	if withKubeconfig && obs.tcp != nil && obs.tcp.Status.KubeConfig.Admin.SecretName != "" {
 		obs.kubeconfigSecret = obs.tcp.Status.KubeConfig.Admin.SecretName
