@@ -482,10 +482,14 @@ func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*
 	watchCfg.QPS, watchCfg.Burst = 50, 100
 	cfg := rest.CopyConfig(watchCfg)
 	cfg.Timeout = c.Timeout
-	// One HTTP transport and one RESTMapper per plane, shared by its client and the
-	// canary (and the transport by the watches); the mapper discovers only the
-	// group-versions the operator uses (planeMapper).
-	httpClient, err := rest.HTTPClientFor(cfg)
+	// One HTTP transport (planeTransport) and one RESTMapper per plane, shared by its
+	// client and the canary (and the transport by the watches); the mapper discovers
+	// only the group-versions the operator uses (planeMapper).
+	transport, err := planeTransport(cfg)
+	if err != nil {
+		return nil, err
+	}
+	httpClient, err := httpClientFor(cfg, transport)
 	if err != nil {
 		return nil, err
 	}
@@ -500,10 +504,24 @@ func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*
 	}
 	canaryCfg := rest.CopyConfig(cfg)
 	canaryCfg.Impersonate = rest.ImpersonationConfig{UserName: CanaryUser, Groups: []string{"system:masters"}}
-	canary, err := client.New(canaryCfg, client.Options{Scheme: c.Scheme, Mapper: mapper})
+	canaryHTTP, err := httpClientFor(canaryCfg, transport)
+	if err != nil {
+		return nil, err
+	}
+	canary, err := client.New(canaryCfg, client.Options{Scheme: c.Scheme, HTTPClient: canaryHTTP, Mapper: mapper})
 	if err != nil {
 		return nil, err
 	}
 	return &entry{key: key, hash: cred.Hash, config: watchCfg, watchHTTP: &http.Client{Transport: httpClient.Transport},
 		plane: Plane{Client: cl, Canary: canary, Identity: cred.Identity}, disco: disco}, nil
+}
+
+// httpClientFor is rest.HTTPClientFor over a given transport: cfg's credentials,
+// impersonation and user agent wrap it, and cfg.Timeout bounds each request.
+func httpClientFor(cfg *rest.Config, transport http.RoundTripper) (*http.Client, error) {
+	rt, err := rest.HTTPWrappersForConfig(cfg, transport)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: rt, Timeout: cfg.Timeout}, nil
 }

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -254,10 +255,29 @@ type watchEvent struct {
 
 // follow reads one watch to its end and returns the last version seen ("" when it is
 // too old to resume from) and why the watch ended, if not by its timeout.
+//
+// Between events it waits on a one-byte read, and decodes each event with a decoder of
+// its own: a fleet's watches spend minutes between events, and a decoder kept across
+// them keeps its buffer (thousands of watches, a kilobyte or more each).
 func (w *kindWatch) follow(s io.ReadCloser, rv string) (string, error) {
 	defer s.Close()
-	dec := json.NewDecoder(s)
+	var pending []byte
 	for {
+		if len(pending) == 0 {
+			var first [1]byte
+			n, err := s.Read(first[:])
+			if n == 0 {
+				if err == nil {
+					continue
+				}
+				if errors.Is(err, io.EOF) {
+					return rv, nil
+				}
+				return rv, err
+			}
+			pending = first[:n]
+		}
+		dec := json.NewDecoder(io.MultiReader(bytes.NewReader(pending), s))
 		var ev watchEvent
 		if err := dec.Decode(&ev); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -265,6 +285,9 @@ func (w *kindWatch) follow(s io.ReadCloser, rv string) (string, error) {
 			}
 			return rv, err
 		}
+		// What the decoder read past the event is the start of the next one.
+		rest, _ := io.ReadAll(dec.Buffered())
+		pending = bytes.TrimLeft(rest, " \t\r\n")
 		switch ev.Type {
 		case watch.Error:
 			var status metav1.Status

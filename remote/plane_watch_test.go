@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -245,4 +246,80 @@ func TestQuiet(t *testing.T) {
 	if _, why := c.Quiet(key, "p/1", now); why != UnsettledNotWatched {
 		t.Errorf("an unwatched plane: Quiet says %q, want %q", why, UnsettledNotWatched)
 	}
+}
+
+// chunkedStream returns its chunks one Read at a time, however the server's writes and
+// the connection's frames cut the stream.
+type chunkedStream struct {
+	chunks [][]byte
+	end    error
+}
+
+func (c *chunkedStream) Read(p []byte) (int, error) {
+	for len(c.chunks) > 0 && len(c.chunks[0]) == 0 {
+		c.chunks = c.chunks[1:]
+	}
+	if len(c.chunks) == 0 {
+		return 0, c.end
+	}
+	n := copy(p, c.chunks[0])
+	c.chunks[0] = c.chunks[0][n:]
+	return n, nil
+}
+
+func (c *chunkedStream) Close() error { return nil }
+
+// TestFollowDecodesHoweverTheStreamIsCut: events split across reads, several in one,
+// whitespace between them, an event cut off by the stream's end.
+func TestFollowDecodesHoweverTheStreamIsCut(t *testing.T) {
+	event := func(typ watch.EventType, rv string) string {
+		raw, err := json.Marshal(object(rv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := json.Marshal(metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: raw}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(ev)
+	}
+	stream := event(watch.Added, "11") + "\n" + event(watch.Bookmark, "12") + "\n" + event(watch.Deleted, "13") + "\n"
+	for _, c := range []struct {
+		name   string
+		chunks []string
+		end    error
+		rv     string
+		events string
+		err    bool
+	}{
+		{name: "one event per read", chunks: strings.SplitAfter(stream, "\n"), end: io.EOF, rv: "13", events: "[ADDED DELETED]"},
+		{name: "all in one read", chunks: []string{stream}, end: io.EOF, rv: "13", events: "[ADDED DELETED]"},
+		{name: "cut every 7 bytes", chunks: cut(stream, 7), end: io.EOF, rv: "13", events: "[ADDED DELETED]"},
+		{name: "no newlines, spaces", chunks: []string{event(watch.Modified, "20"), "  ", event(watch.Modified, "21")}, end: io.EOF, rv: "21", events: "[MODIFIED MODIFIED]"},
+		{name: "cut off mid-event", chunks: []string{event(watch.Added, "30"), event(watch.Added, "31")[:20]}, end: io.EOF, rv: "30", events: "[ADDED]", err: true},
+		{name: "connection reset", chunks: []string{event(watch.Added, "40") + "\n"}, end: errors.New("stream reset"), rv: "40", events: "[ADDED]", err: true},
+		{name: "nothing", end: io.EOF, rv: "10", events: "[]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var told []string
+			w := &kindWatch{changed: func(event string) { told = append(told, event) }}
+			s := &chunkedStream{end: c.end}
+			for _, ch := range c.chunks {
+				s.chunks = append(s.chunks, []byte(ch))
+			}
+			rv, err := w.follow(s, "10")
+			if rv != c.rv || fmt.Sprint(told) != c.events || (err != nil) != c.err {
+				t.Errorf("follow = %q, %v, told %v; want %q, error %v, told %s", rv, err, told, c.rv, c.err, c.events)
+			}
+		})
+	}
+}
+
+func cut(s string, n int) []string {
+	var out []string
+	for len(s) > n {
+		out = append(out, s[:n])
+		s = s[n:]
+	}
+	return append(out, s)
 }

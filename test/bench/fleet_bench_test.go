@@ -110,7 +110,7 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	b.Cleanup(proc.Stop)
 	time.Sleep(10 * time.Second)
 	idle := sampleMemory(b, proc)
-	b.Logf("manager idle, no planes: RSS %.1f MiB, heap in use %.1f MiB", mib(idle.rss), mib(idle.heapInuse))
+	b.Logf("manager idle, no planes: RSS %.1f MiB (anonymous %.1f), heap in use %.1f MiB", mib(idle.rss), mib(idle.rssAnon), mib(idle.heapInuse))
 
 	c := mgmt.Client
 	class := &cpv1.ComputePlaneClass{ObjectMeta: metav1.ObjectMeta{Name: "fleet"}, Spec: cpv1.ComputePlaneClassSpec{
@@ -203,6 +203,7 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	var maxM, last memory
 	for _, s := range samples {
 		maxM.rss, maxM.heapInuse, maxM.heapAlloc = max(maxM.rss, s.rss), max(maxM.heapInuse, s.heapInuse), max(maxM.heapAlloc, s.heapAlloc)
+		maxM.rssAnon = max(maxM.rssAnon, s.rssAnon)
 		maxM.sys, maxM.stacks, maxM.goroutines = max(maxM.sys, s.sys), max(maxM.stacks, s.stacks), max(maxM.goroutines, s.goroutines)
 	}
 	last = samples[len(samples)-1]
@@ -236,6 +237,7 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	fmt.Fprintf(os.Stderr, "planes=%d: %d shared tenant apiservers; rest window %s\n", n, shared, t1.Sub(t0).Round(time.Second))
 	fmt.Fprintf(os.Stderr, "planes=%d: memory over the rest window (max / last): RSS %.1f / %.1f MiB, heap in use %.1f / %.1f MiB, heap alloc %.1f / %.1f MiB, Go sys %.1f MiB; idle before any plane: RSS %.1f MiB\n", n,
 		mib(maxM.rss), mib(last.rss), mib(maxM.heapInuse), mib(last.heapInuse), mib(maxM.heapAlloc), mib(last.heapAlloc), mib(maxM.sys), mib(idle.rss))
+	fmt.Fprintf(os.Stderr, "planes=%d: anonymous RSS (RSS less the binary's pages) max %.1f MiB, idle %.1f MiB\n", n, mib(maxM.rssAnon), mib(idle.rssAnon))
 	fmt.Fprintf(os.Stderr, "planes=%d: goroutines %.0f (idle %.0f), their stacks %.1f MiB (idle %.1f MiB)\n", n, maxM.goroutines, idle.goroutines, mib(maxM.stacks), mib(idle.stacks))
 	fmt.Fprintf(os.Stderr, "planes=%d: drift repairs: %.0f over the whole run, %.0f at rest\n", n, drifts, restDrifts)
 	fullReads := m1["computeplane_plane_full_reads_total"] - m0["computeplane_plane_full_reads_total"]
@@ -287,7 +289,7 @@ func saveHeapProfile(addr string, n int) (string, error) {
 	return f.Name(), err
 }
 
-type memory struct{ rss, heapInuse, heapAlloc, sys, stacks, goroutines float64 }
+type memory struct{ rss, rssAnon, heapInuse, heapAlloc, sys, stacks, goroutines float64 }
 
 func sampleMemory(b *testing.B, p *operatortest.Process) memory {
 	b.Helper()
@@ -295,11 +297,15 @@ func sampleMemory(b *testing.B, p *operatortest.Process) memory {
 	if err != nil {
 		b.Fatal(err)
 	}
+	anon, err := p.RSSAnon()
+	if err != nil {
+		b.Fatal(err)
+	}
 	m, err := p.Metrics()
 	if err != nil {
 		b.Fatal(err)
 	}
-	return memory{rss: float64(rss), heapInuse: m["go_memstats_heap_inuse_bytes"], heapAlloc: m["go_memstats_heap_alloc_bytes"],
+	return memory{rss: float64(rss), rssAnon: float64(anon), heapInuse: m["go_memstats_heap_inuse_bytes"], heapAlloc: m["go_memstats_heap_alloc_bytes"],
 		sys: m["go_memstats_sys_bytes"], stacks: m["go_memstats_stack_inuse_bytes"], goroutines: m["go_goroutines"]}
 }
 

@@ -245,6 +245,17 @@ func (p *Process) Stop() {
 
 // RSS is the manager's resident set size in bytes, from /proc.
 func (p *Process) RSS() (int64, error) {
+	return p.status("VmRSS")
+}
+
+// RSSAnon is the process's anonymous resident memory (heap, stacks: RSS less the
+// binary's and other files' pages, which the kernel can drop and read again).
+func (p *Process) RSSAnon() (int64, error) {
+	return p.status("RssAnon")
+}
+
+// status reads one size field (kB) of /proc/PID/status.
+func (p *Process) status(field string) (int64, error) {
 	p.mu.Lock()
 	pid := p.cmd.Process.Pid
 	p.mu.Unlock()
@@ -253,12 +264,12 @@ func (p *Process) RSS() (int64, error) {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == field+":" {
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, errors.New("no VmRSS in /proc status")
+	return 0, fmt.Errorf("no %s in /proc status", field)
 }
 
 // Metrics scrapes the manager's /metrics and returns every unlabelled sample (the Go
