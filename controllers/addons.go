@@ -55,3 +55,19 @@ func (r *ComputePlaneReconciler) addonReleases(ctx context.Context, ns string, s
 	}
 	return hrs.Items, nil
 }
+
+// addonsFromTheirCache is the reconciler's client with add-on releases read from their
+// cache: Apply compares what it renders with what is live, and an add-on release read
+// through the manager's cache (placement releases only) would look missing and be
+// applied again on every pass.
+type addonsFromTheirCache struct {
+	client.Client
+	addons client.Reader
+}
+
+func (c addonsFromTheirCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*helmv2.HelmRelease); ok && c.addons != nil {
+		return c.addons.Get(ctx, key, obj, opts...)
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}

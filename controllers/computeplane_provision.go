@@ -85,6 +85,7 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 		return ctrl.Result{}, err
 	}
 	var restored []string
+	applier := addonsFromTheirCache{Client: r.Client, addons: r.Addons}
 	for _, obj := range graph.Objects {
 		if obj.GetNamespace() == p.Namespace {
 			// Same namespace (TenantNamespace placement): owner references work, and
@@ -93,7 +94,7 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 				return ctrl.Result{}, err
 			}
 		}
-		res, err := remote.Apply(ctx, r.Client, obj, FieldOwner)
+		res, err := remote.Apply(ctx, applier, obj, FieldOwner)
 		if err != nil {
 			return ctrl.Result{}, err
 		}

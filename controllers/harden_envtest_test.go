@@ -554,9 +554,9 @@ func TestHardeningOnARealPlane(t *testing.T) {
 	t.Run("a Ready plane reconciles with no write and no event", func(t *testing.T) {
 		// A Ready plane is quiet: reconciling it again (hardening read-back, egress, identities
 		// included) writes nothing to the management cluster and emits no event.
-		counting, writes := countingClient(t)
+		counting, writes := countingClient(t, reconciler.Client)
 		recorder := events.NewFakeRecorder(10)
-		quiet := &controllers.ComputePlaneReconciler{Client: counting, APIReader: counting, Events: recorder,
+		quiet := &controllers.ComputePlaneReconciler{Client: counting, APIReader: k8s, Addons: reconciler.Addons, Events: recorder,
 			RequeueInterval: time.Minute, TokenLifetime: time.Hour,
 			Planes: &remote.ClusterCache{Scheme: k8s.Scheme(), Timeout: 2 * time.Second, ProbeInterval: 2 * time.Second, Grace: time.Second}}
 		for i := range 2 {
