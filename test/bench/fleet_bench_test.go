@@ -272,21 +272,29 @@ func counterMoves(m0, m1 map[string]float64, name string) string {
 }
 
 // saveHeapProfile saves the manager's heap profile (FLEET_PROFILE_DIR, or the temporary
-// directory) and returns its path.
+// directory) and returns its path; its goroutine profile goes beside it
+// (fleet-goroutine-N.pb.gz).
 func saveHeapProfile(addr string, n int) (string, error) {
-	resp, err := http.Get("http://" + addr + "/debug/pprof/heap")
+	if _, err := saveProfile(addr, "goroutine", n); err != nil {
+		return "", err
+	}
+	return saveProfile(addr, "heap", n)
+}
+
+func saveProfile(addr, profile string, n int) (string, error) {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/" + profile)
 	if err != nil {
 		return "", err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /debug/pprof/heap: %s", resp.Status)
+		return "", fmt.Errorf("GET /debug/pprof/%s: %s", profile, resp.Status)
 	}
 	dir := os.Getenv("FLEET_PROFILE_DIR")
 	if dir == "" {
 		dir = os.TempDir()
 	}
-	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("fleet-heap-%d.pb.gz", n)))
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("fleet-%s-%d.pb.gz", profile, n)))
 	if err != nil {
 		return "", err
 	}
