@@ -149,6 +149,9 @@ func TestCachesHoldOnlyTheOperatorsReleases(t *testing.T) {
 		if err := k8s.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
+		if o.GetName() != "app" { // the placement release goes with its plane
+			t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
+		}
 	}
 	for _, c := range []struct {
 		cache client.Reader

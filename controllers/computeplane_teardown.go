@@ -81,9 +81,13 @@ func (r *ComputePlaneReconciler) abandonPlacement(ctx context.Context, s *scope)
 	return fmt.Sprintf("placement releases %v without their uninstall (their objects stay in the plane until it is deleted with its Cluster)", names), nil
 }
 
+// placementReleases lists the namespace's placement releases from the API server, not the
+// cache: a release created just before its plane was deleted, not yet in the cache, would
+// be missed, the plane would go without it, and the release would keep its finalizer
+// (and its namespace) forever, since nothing could uninstall it any more.
 func (r *ComputePlaneReconciler) placementReleases(ctx context.Context, namespace string) ([]helmv2.HelmRelease, error) {
 	var hrs helmv2.HelmReleaseList
-	if err := r.List(ctx, &hrs, client.InNamespace(namespace), client.MatchingLabels{cpv1.PlacementLabel: cpv1.PlacementLabelValue}); err != nil {
+	if err := r.APIReader.List(ctx, &hrs, client.InNamespace(namespace), client.MatchingLabels{cpv1.PlacementLabel: cpv1.PlacementLabelValue}); err != nil {
 		return nil, err
 	}
 	return hrs.Items, nil

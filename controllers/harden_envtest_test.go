@@ -581,10 +581,13 @@ func TestHardeningOnARealPlane(t *testing.T) {
 			// Every plane's admin kubeconfig is referenced only from its own infrastructure
 			// namespace, by the operator's add-on releases.
 			// (TenantNamespace placement keeps the add-ons in the plane's own namespace.)
+			kc := hr.Spec.KubeConfig
+			if kc == nil || kc.SecretRef == nil || !strings.HasSuffix(kc.SecretRef.Name, "-admin-kubeconfig") {
+				continue
+			}
 			owner := planeOfLabels(hr.Labels)
-			inPlace := hr.Namespace == infraOf(owner) || hr.Namespace == owner.Namespace
-			if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil && strings.HasSuffix(kc.SecretRef.Name, "-admin-kubeconfig") &&
-				(!inPlace || hr.Labels["computeplane.cozystack.io/addon-role"] == "") {
+			inPlace := owner.UID != "" && (hr.Namespace == infraOf(owner) || hr.Namespace == owner.Namespace)
+			if !inPlace || hr.Labels["computeplane.cozystack.io/addon-role"] == "" {
 				t.Errorf("HelmRelease %s/%s references the admin kubeconfig but is not an operator add-on", hr.Namespace, hr.Name)
 			}
 		}
