@@ -56,7 +56,8 @@ func burstSize(t *testing.T) (planes, releases int) {
 // (testenv.AdminUser); the test drifts it as another.
 func TestBurstWithFlappingGates(t *testing.T) {
 	nPlanes, perPlane := burstSize(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	// Bringing planes up is most of it at 50 (each a real kube-apiserver).
+	ctx, cancel := context.WithTimeout(context.Background(), max(25*time.Minute, time.Duration(nPlanes)*40*time.Second))
 	defer cancel()
 
 	start := time.Now()
