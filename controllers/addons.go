@@ -45,29 +45,41 @@ func newAddonCache(mgr ctrl.Manager) (cache.Cache, error) {
 
 // addonReleases lists a namespace's add-on releases matching sel.
 func (r *ComputePlaneReconciler) addonReleases(ctx context.Context, ns string, sel client.MatchingLabels) ([]helmv2.HelmRelease, error) {
-	var from client.Reader = r.Client
-	if r.Addons != nil {
-		from = r.Addons
-	}
 	var hrs helmv2.HelmReleaseList
-	if err := from.List(ctx, &hrs, client.InNamespace(ns), sel); err != nil {
+	if err := r.withAddons().List(ctx, &hrs, client.InNamespace(ns), sel); err != nil {
 		return nil, err
 	}
 	return hrs.Items, nil
 }
 
-// addonsFromTheirCache is the reconciler's client with add-on releases read from their
-// cache: Apply compares what it renders with what is live, and an add-on release read
-// through the manager's cache (placement releases only) would look missing and be
-// applied again on every pass.
+// withAddons is the reconciler's client with every HelmRelease read (a Get, a List) made
+// from the add-on cache: the only HelmReleases this reconciler reads through its client
+// are its add-ons (placement releases it lists from the API server), and through the
+// manager's cache, which holds placement releases only, an add-on would look missing
+// (and Apply would write it again on every pass). Without an add-on cache (a reconciler
+// built by hand, reading directly) it is the client itself.
+func (r *ComputePlaneReconciler) withAddons() client.Client {
+	if r.Addons == nil {
+		return r.Client
+	}
+	return addonsFromTheirCache{Client: r.Client, addons: r.Addons}
+}
+
 type addonsFromTheirCache struct {
 	client.Client
 	addons client.Reader
 }
 
 func (c addonsFromTheirCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if _, ok := obj.(*helmv2.HelmRelease); ok && c.addons != nil {
+	if _, ok := obj.(*helmv2.HelmRelease); ok {
 		return c.addons.Get(ctx, key, obj, opts...)
 	}
 	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+func (c addonsFromTheirCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*helmv2.HelmReleaseList); ok {
+		return c.addons.List(ctx, list, opts...)
+	}
+	return c.Client.List(ctx, list, opts...)
 }

@@ -59,8 +59,9 @@ type ComputePlaneReconciler struct {
 	RequeueInterval time.Duration
 	// Planes holds the connections to the planes' own API servers.
 	Planes *remote.ClusterCache
-	// Addons is the add-on releases' cache (nil: read through Client); SetupWithManager
-	// makes it (addons.go).
+	// Addons is the add-on releases' cache, which every HelmRelease read of the
+	// reconciler's client goes to (withAddons; nil: read through Client);
+	// SetupWithManager makes it.
 	Addons cache.Cache
 	// TokenLifetime of the applier's tokens (renewed after two thirds of it).
 	TokenLifetime time.Duration

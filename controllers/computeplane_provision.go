@@ -85,7 +85,7 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 		return ctrl.Result{}, err
 	}
 	var restored []string
-	applier := addonsFromTheirCache{Client: r.Client, addons: r.Addons}
+	applier := r.withAddons()
 	for _, obj := range graph.Objects {
 		if obj.GetNamespace() == p.Namespace {
 			// Same namespace (TenantNamespace placement): owner references work, and
