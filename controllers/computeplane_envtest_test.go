@@ -188,15 +188,27 @@ func TestSteadyReconcileMakesNoWrites(t *testing.T) {
 		t.Errorf("a steady reconcile emitted %d events, want 0", n)
 	}
 
-	// Control: the same counting does count a reconcile that has something to change
-	// (its reads direct: the manager would handle the request before its cache tells
-	// this reconciler of it).
-	r.Client, writes = countingClient(t, nil)
+	// Control: the same counting does count a reconcile that has something to change: a
+	// reconcile request not yet handled. The running manager races this reconciler for
+	// the request, so the plane is read as it was before either handled it.
+	r.Client, writes = countingClient(t, unhandledRequests{k8s})
 	requestReconcile(t, ctx, p, "now")
 	_, _ = r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 	if writes.Load() == 0 {
 		t.Error("the counting client saw no write for a reconcile request; the no-write check above proves nothing")
 	}
+}
+
+// unhandledRequests reads ComputePlanes as they are before their reconcile request is
+// handled.
+type unhandledRequests struct{ client.Reader }
+
+func (r unhandledRequests) Get(ctx context.Context, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+	err := r.Reader.Get(ctx, key, o, opts...)
+	if p, ok := o.(*cpv1.ComputePlane); ok {
+		p.Status.LastHandledReconcileAt = ""
+	}
+	return err
 }
 
 // countingClient is a client of the management apiserver that counts every write
