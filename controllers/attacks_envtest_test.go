@@ -614,13 +614,32 @@ func TestAttackDeployerWidensItsReach(t *testing.T) {
 	if err := deployer.Get(ctx, client.ObjectKey{Namespace: "notebooks", Name: "computeplane-deployer"}, rb); err != nil {
 		t.Fatal(err)
 	}
-	rb.Subjects = append(rb.Subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "notebooks", Name: "default"})
-	denied(t, deployer.Update(ctx, rb, dry), "may bind only ServiceAccounts of their own namespace")
+	widened := rb.DeepCopy()
+	widened.Subjects = append(widened.Subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "notebooks", Name: "default"})
+	// Two policies refuse it; the API server names the first it evaluated.
+	if err := deployer.Update(ctx, widened, dry); err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") ||
+		!strings.Contains(err.Error(), "may bind only ServiceAccounts of their own namespace") && !strings.Contains(err.Error(), ownedByOperator) {
+		t.Errorf("widening its own binding: %v; want a refusal by the plane's policies", err)
+	}
+	// Nor can it take the operator's objects away (which would close its plane's gate
+	// over and over) or forge one: what the operator created is refused to anyone else.
+	denied(t, deployer.Delete(ctx, rb, dry), ownedByOperator)
+	role := &rbacv1.Role{}
+	if err := deployer.Get(ctx, client.ObjectKey{Namespace: "notebooks", Name: "computeplane-deployer"}, role); err != nil {
+		t.Fatal(err)
+	}
+	role.Rules = role.Rules[1:]
+	denied(t, deployer.Update(ctx, role, dry), ownedByOperator)
+	denied(t, deployer.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "notebooks", Name: "forged",
+		Labels: rb.Labels}}, dry), ownedByOperator)
 	// A chart binding its own ServiceAccount still works.
 	if err := deployer.Create(ctx, bind(rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "notebooks", Name: "app"}), dry); err != nil {
 		t.Errorf("a chart cannot bind its own ServiceAccount: %v", err)
 	}
 }
+
+// ownedByOperator is how the plane refuses a change to what the operator created there.
+const ownedByOperator = "only the operator may create, change or delete it"
 
 // TestAttackEditsThatKeepTheAnnotation: `kubectl edit` keeps the operator's applied-hash
 // annotation. An edit of what the operator owns, in the plane or on the management
@@ -645,6 +664,9 @@ func TestAttackEditsThatKeepTheAnnotation(t *testing.T) {
 	if err := operator.Update(ctx, role); err != nil {
 		t.Fatal(err)
 	}
+	// Only the operator's own credential can edit it (the plane refuses anyone else), and
+	// no watch follows Roles: the next full read finds it, here at once on request.
+	requestReconcile(t, ctx, p, "role-edited")
 	eventually(t, settle, func() error {
 		if err := operator.Get(ctx, roleKey, role); err != nil {
 			return err

@@ -483,11 +483,18 @@ func TestHardeningOnARealPlane(t *testing.T) {
 	})
 
 	t.Run("a deleted applier ServiceAccount is recreated and the credential re-issued", func(t *testing.T) {
-		// A deleted applier ServiceAccount is recreated and the credential re-issued.
+		// A plane admin other than the operator may not delete the applier's ServiceAccount
+		// (nor anything else the operator created in a namespace).
+		applier := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "computeplane-system", Name: "computeplane-applier"}}
+		denied(t, tc.Delete(ctx, applier), "only the operator may create, change or delete it")
+		// Deleted with the operator's own credential, it is recreated and the credential
+		// re-issued: at the next full read (no watch sees those kinds; a reconcile request
+		// forces one).
 		oldApplier := applierSecret.Annotations[controllers.ApplierUIDAnnotation]
-		if err := tc.Delete(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "computeplane-system", Name: "computeplane-applier"}}); err != nil {
+		if err := operator.Delete(ctx, applier); err != nil {
 			t.Fatal(err)
 		}
+		requestReconcile(t, ctx, p, "applier-deleted")
 		eventually(t, settle, func() error {
 			if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
 				return err

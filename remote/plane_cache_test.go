@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -187,7 +187,7 @@ func (ch changes) expect(t *testing.T, d time.Duration, what string) {
 }
 
 // TestPlaneWatchesAreScoped: a plane's watches tell the operator at once when what it
-// labelled changes, or any namespace; a tenant's own RoleBindings in its plane do not
+// labelled changes, or any namespace; a tenant's own policy bindings in its plane do not
 // wake it (nor are they sent to it: the watches ask for the operator's labels), the
 // watches read metadata only, and they stop with the manager.
 func TestPlaneWatchesAreScoped(t *testing.T) {
@@ -200,9 +200,9 @@ func TestPlaneWatchesAreScoped(t *testing.T) {
 		t.Fatal(err)
 	}
 	mine := map[string]string{"app.kubernetes.io/managed-by": "computeplane-operator"}
-	binding := func(name string, l map[string]string) *rbacv1.RoleBinding {
-		return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name, Labels: l},
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "r"}}
+	binding := func(name string, l map[string]string) *admissionv1.ValidatingAdmissionPolicyBinding {
+		return &admissionv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l},
+			Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "p", ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}}}
 	}
 
 	got := make(changes, 100)
@@ -230,16 +230,16 @@ func TestPlaneWatchesAreScoped(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := got.drain(2 * time.Second); n != 0 {
-		t.Errorf("a tenant's own RoleBinding reported %d changes, want none", n)
+		t.Errorf("a tenant's own policy binding reported %d changes, want none", n)
 	}
 	if err := c.Create(ctx, binding("operator", mine)); err != nil {
 		t.Fatal(err)
 	}
-	got.expect(t, 10*time.Second, "when an operator-labelled RoleBinding was created")
+	got.expect(t, 10*time.Second, "when an operator-labelled policy binding was created")
 	if err := c.Delete(ctx, binding("operator", mine)); err != nil {
 		t.Fatal(err)
 	}
-	got.expect(t, 10*time.Second, "when an operator-labelled RoleBinding was deleted")
+	got.expect(t, 10*time.Second, "when an operator-labelled policy binding was deleted")
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "new"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -28,10 +28,11 @@ const CanaryServiceAccount = "computeplane-canary"
 // policies a moment after they are created. For each policy it sends, as the canary, a
 // dry-run request the policy must refuse; the policy is in force once the refusal names
 // it. (The API server reports which policy refused only in the message.) Pod hardening
-// is in force when Pod Security or the policy refuses: Pod Security runs first.
-func Unenforced(ctx context.Context, canary client.Client) ([]string, error) {
+// is in force when Pod Security or the policy refuses: Pod Security runs first. labels
+// are the plane's (Posture.Labels), which the operator-objects policy guards.
+func Unenforced(ctx context.Context, canary client.Client, labels map[string]string) ([]string, error) {
 	var out []string
-	for _, probe := range canaryProbes() {
+	for _, probe := range canaryProbes(labels) {
 		err := canary.Create(ctx, probe.obj, client.DryRunAll)
 		switch {
 		case err == nil:
@@ -52,7 +53,7 @@ type canaryProbe struct {
 
 // canaryProbes are one request per policy that the policy must refuse, in the
 // operator's own namespace (never created: every request is a dry run).
-func canaryProbes() []canaryProbe {
+func canaryProbes(labels map[string]string) []canaryProbe {
 	meta := metav1.ObjectMeta{Namespace: ApplierNamespace, Name: "computeplane-canary"}
 	psa := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "computeplane-canary", Labels: map[string]string{PSAEnforce: "privileged"}}}
 	pod := &corev1.Pod{ObjectMeta: meta, Spec: corev1.PodSpec{HostNetwork: true, ServiceAccountName: CanaryServiceAccount,
@@ -76,6 +77,7 @@ func canaryProbes() []canaryProbe {
 		Annotations: map[string]string{corev1.ServiceAccountNameKey: ApplierName}}, Type: corev1.SecretTypeServiceAccountToken}
 	binding := &rbacv1.RoleBinding{ObjectMeta: meta, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:unauthenticated"}}}
+	forged := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ApplierNamespace, Name: "computeplane-canary-forged", Labels: labels}}
 	return []canaryProbe{
 		{"pod-security-labels", psa},
 		{"pod-hardening", pod},
@@ -84,5 +86,6 @@ func canaryProbes() []canaryProbe {
 		{"crd-conversion-webhooks", crd},
 		{"service-account-tokens", token},
 		{"rolebinding-subjects", binding},
+		{"operator-objects", forged},
 	}
 }

@@ -54,7 +54,7 @@ func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 	// The canary the operator uses before it opens the gate sees every policy in force.
 	canary, _ := as(remote.CanaryUser)
 	deadline := time.Now().Add(20 * time.Second)
-	for pending, err := remote.Unenforced(ctx, canary); err != nil || len(pending) > 0; pending, err = remote.Unenforced(ctx, canary) {
+	for pending, err := remote.Unenforced(ctx, canary, posture.Labels); err != nil || len(pending) > 0; pending, err = remote.Unenforced(ctx, canary, posture.Labels) {
 		if time.Now().After(deadline) {
 			t.Fatalf("policies still not in force: %v (err=%v)", pending, err)
 		}
@@ -145,6 +145,38 @@ func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 					AdmissionReviewVersions: []string{"v1"}, ClientConfig: admissionv1.WebhookClientConfig{URL: ptr.To("https://attacker.example")}}}}, dry)
 		}, "owned by the operator"},
 	}
+	// What the operator created in a namespace (the deployer's identity, say) is its own:
+	// mallory can neither delete, edit nor forge it.
+	owned := func() *corev1.ServiceAccount {
+		return &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "computeplane-deployer", Labels: posture.Labels}}
+	}
+	ownedRole := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "computeplane-deployer", Labels: posture.Labels},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}}}
+	for _, o := range []client.Object{owned(), ownedRole} {
+		if err := operator.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attacks = append(attacks, []struct {
+		name string
+		do   func() error
+		want string
+	}{
+		{"deleting the operator's ServiceAccount", func() error { return mallory.Delete(ctx, owned(), dry) }, "only the operator may create, change or delete it"},
+		{"unlabelling the operator's Role", func() error {
+			r := &rbacv1.Role{}
+			if err := mallory.Get(ctx, client.ObjectKeyFromObject(ownedRole), r); err != nil {
+				return err
+			}
+			r.Labels = nil
+			return mallory.Update(ctx, r, dry)
+		}, "only the operator may create, change or delete it"},
+		{"forging an operator RoleBinding", func() error {
+			return mallory.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "forged", Labels: posture.Labels},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "computeplane-deployer"},
+				Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "bare", Name: "app"}}}, dry)
+		}, "only the operator may create, change or delete it"},
+	}...)
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
 			// The apiserver loads new policies a moment after they are created.
@@ -169,6 +201,21 @@ func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 			return mallory.Create(ctx, binding(rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "bare", Name: "app"}), dry)
 		},
 		"a CRD without a webhook": func() error { return mallory.Create(ctx, crd("None"), dry) },
+		"a ServiceAccount of its own": func() error {
+			return mallory.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "app"}}, dry)
+		},
+		"deleting the operator's ServiceAccount, as the namespace controller": func() error {
+			nc, _ := as("system:serviceaccount:kube-system:namespace-controller")
+			return nc.Delete(ctx, owned(), dry)
+		},
+		"editing its Role, as the operator": func() error {
+			r := &rbacv1.Role{}
+			if err := operator.Get(ctx, client.ObjectKeyFromObject(ownedRole), r); err != nil {
+				return err
+			}
+			r.Rules[0].Verbs = []string{"get", "list"}
+			return operator.Update(ctx, r, dry)
+		},
 		"a NodePort Service, as the operator": func() error {
 			return operator.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "np"},
 				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 80}}}}, dry)

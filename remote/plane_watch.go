@@ -20,20 +20,20 @@ import (
 )
 
 // WatchedResources are the kinds of a plane the operator reacts to at once: everything
-// its hardening and identities read (a namespace created or relabelled, a policy or
-// binding deleted, a mutating policy created). Namespaces and mutating admission
-// policies are watched in full (the operator creates none of the latter: any is a
-// finding), the others through WatchSelector. Nothing a full read looks at is left
-// unwatched, so a plane whose watches saw nothing needs no full read (ClusterCache.Quiet).
+// its hardening reads that its admission policies cannot guard (a namespace created, a
+// policy or binding deleted or edited, a mutating policy created: Kubernetes runs no
+// admission policy on admission policies). Namespaces and mutating admission policies
+// are watched in full (the operator creates none of the latter: any is a finding), the
+// others through WatchSelector. What the operator created in namespaces (identities,
+// quotas) is not watched: the operator-objects policy lets no one else change it, and
+// that policy is watched; the full read every resync interval still compares it. So a
+// plane whose watches saw nothing needs no full read until then (ClusterCache.Quiet).
 var WatchedResources = []schema.GroupVersionResource{
 	{Version: "v1", Resource: "namespaces"},
 	{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"},
 	{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicybindings"},
 	{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"},
 	{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"},
-	{Version: "v1", Resource: "serviceaccounts"},
-	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
-	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
 }
 
 // What a plane's watches tell OnWatchEvent besides the events' own types.

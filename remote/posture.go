@@ -256,6 +256,26 @@ func (p Posture) policies() []policy {
 			}},
 		},
 		{
+			name: "operator-objects",
+			// With this in force, only an identity the operator trusts can change what the
+			// operator created in the plane's namespaces, so those kinds need no watch of
+			// their own: the policy and its binding are watched, and a full read every
+			// resync interval still compares everything.
+			reason: "The deployers' ServiceAccounts, Roles and RoleBindings, the applier's, and each placement namespace's quota and limit range are the operator's: a chart (or anything running as a deployer) that deleted, edited or forged one could widen a deployer's reach or take the plane's gate down; only the operator may change them (and Kubernetes' namespace controller and garbage collector delete them with their namespace).",
+			rules: append(rules([]string{""}, []string{"serviceaccounts", "resourcequotas", "limitranges"}, admissionv1.Create, admissionv1.Update, admissionv1.Delete),
+				rules([]string{"rbac.authorization.k8s.io"}, []string{"roles", "rolebindings"}, admissionv1.Create, admissionv1.Update, admissionv1.Delete)...),
+			selector: p.ownedSelector(),
+			match: []admissionv1.MatchCondition{{
+				Name: "not-the-operator",
+				Expression: notOperator.Expression + fmt.Sprintf(" && !(request.operation == 'DELETE' && request.userInfo.username in %s)",
+					list(namespaceDeleters)),
+			}},
+			validations: []admissionv1.Validation{{
+				Expression: "false",
+				Message:    "this object was created by the ComputePlane operator (it carries the plane's labels) and only the operator may create, change or delete it",
+			}},
+		},
+		{
 			name:   "rolebinding-subjects",
 			reason: "A deployer may grant what it holds to the ServiceAccounts of its own namespace (a chart's workloads), never to users, groups (system:unauthenticated, system:serviceaccounts) or ServiceAccounts of other namespaces.",
 			rules:  rules([]string{"rbac.authorization.k8s.io"}, []string{"rolebindings"}, admissionv1.Create, admissionv1.Update),
@@ -268,12 +288,35 @@ func (p Posture) policies() []policy {
 	}
 }
 
+// namespaceDeleters are the identities Kubernetes deletes a namespace's objects as
+// (kube-controller-manager's own, and its controllers' when it runs with
+// --use-service-account-credentials): a namespace an administrator deletes must not hang
+// on the operator's objects in it.
+var namespaceDeleters = []string{
+	"system:kube-controller-manager",
+	"system:serviceaccount:kube-system:namespace-controller",
+	"system:serviceaccount:kube-system:generic-garbage-collector",
+}
+
+// ownedSelector selects the objects the operator created in the plane: those carrying
+// all of its labels (an object losing one is still matched, as its old version is). With
+// no labels it selects nothing rather than everything.
+func (p Posture) ownedSelector() *metav1.LabelSelector {
+	if len(p.Labels) == 0 {
+		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: "computeplane.cozystack.io/unlabelled-posture", Operator: metav1.LabelSelectorOpExists}}}
+	}
+	return &metav1.LabelSelector{MatchLabels: p.Labels}
+}
+
 type policy struct {
 	name, reason string
 	rules        []admissionv1.NamedRuleWithOperations
 	ns           *metav1.LabelSelector
-	match        []admissionv1.MatchCondition
-	validations  []admissionv1.Validation
+	// selector narrows the policy to objects with these labels (nil: all).
+	selector    *metav1.LabelSelector
+	match       []admissionv1.MatchCondition
+	validations []admissionv1.Validation
 }
 
 func (pol policy) objects(labels map[string]string) []client.Object {
@@ -284,16 +327,19 @@ func (pol policy) objects(labels map[string]string) []client.Object {
 	vap.Annotations = map[string]string{ReasonAnnotation: pol.reason}
 	// Every default the server fills in is spelled out, so a read-back can compare the
 	// whole spec: an added exclusion, object selector or match policy is drift.
-	ns := pol.ns
+	ns, objects := pol.ns, pol.selector
 	if ns == nil {
 		ns = &metav1.LabelSelector{}
+	}
+	if objects == nil {
+		objects = &metav1.LabelSelector{}
 	}
 	vap.Spec = admissionv1.ValidatingAdmissionPolicySpec{
 		FailurePolicy: ptr.To(admissionv1.Fail),
 		MatchConstraints: &admissionv1.MatchResources{
 			ResourceRules:     pol.rules,
 			NamespaceSelector: ns,
-			ObjectSelector:    &metav1.LabelSelector{},
+			ObjectSelector:    objects,
 			MatchPolicy:       ptr.To(admissionv1.Equivalent),
 		},
 		MatchConditions: pol.match,
