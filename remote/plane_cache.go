@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metascheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,6 +32,9 @@ type Plane struct {
 	Identity string
 	// Version the plane's API server reports.
 	Version string
+
+	// conn is the connection the clients were built on.
+	conn *entry
 }
 
 // UnreachableError says a plane's API server does not answer. Past reports whether it
@@ -102,9 +106,19 @@ type entry struct {
 	key  types.NamespacedName
 	hash string
 	// config and watchHTTP are for the watches (no client timeout).
-	config       *rest.Config
-	watchHTTP    *http.Client
-	plane        Plane
+	config    *rest.Config
+	watchHTTP *http.Client
+	// The plane's clients are built for each caller from these (connect) rather than
+	// kept: a controller-runtime client keeps a REST client, codecs and a rate limiter
+	// for every kind it ever touched, about a tenth of a plane's memory at rest, and at
+	// rest a plane is used only by the probe, which needs none of it.
+	clientConfig, canaryConfig *rest.Config
+	clientHTTP, canaryHTTP     *http.Client
+	mapper                     meta.RESTMapper
+	// probeClient sends the storage probe (one path, no kinds, no codecs).
+	probeClient  rest.Interface
+	identity     string
+	version      string
 	disco        discovery.DiscoveryInterface
 	probedAt     time.Time
 	failingSince time.Time
@@ -427,13 +441,15 @@ func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 	since, lastErr := e.failingSince, e.lastErr
 	c.mu.Unlock()
 	if fresh {
-		return &e.plane, nil
+		return c.connect(e)
 	}
 	if recentlyFailed {
 		return nil, &UnreachableError{Since: since, Past: time.Since(since) >= c.Grace, Err: lastErr}
 	}
-	err := readsFromStorage(ctx, e.plane.Client)
-	version := e.plane.Version
+	err := readsFromStorage(ctx, e.probeClient)
+	c.mu.Lock()
+	version := e.version
+	c.mu.Unlock()
 	if err == nil && version == "" {
 		info, verr := e.disco.ServerVersion()
 		if err = verr; err == nil {
@@ -456,7 +472,7 @@ func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 		return nil, &UnreachableError{Since: e.failingSince, Past: past, Err: err}
 	}
 	e.probedAt, e.failingSince, e.failedAt = time.Now(), time.Time{}, time.Time{}
-	e.plane.Version = version
+	e.version = version
 	watching := e.stopWatches != nil
 	c.mu.Unlock()
 	if !watching {
@@ -464,13 +480,28 @@ func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 			return nil, fmt.Errorf("watching the plane: %w", err)
 		}
 	}
-	return &e.plane, nil
+	return c.connect(e)
+}
+
+// connect builds the plane's clients for one caller (see entry).
+func (c *ClusterCache) connect(e *entry) (*Plane, error) {
+	cl, err := client.New(e.clientConfig, client.Options{Scheme: c.Scheme, HTTPClient: e.clientHTTP, Mapper: e.mapper})
+	if err != nil {
+		return nil, err
+	}
+	canary, err := client.New(e.canaryConfig, client.Options{Scheme: c.Scheme, HTTPClient: e.canaryHTTP, Mapper: e.mapper})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &Plane{Client: cl, Canary: canary, Identity: e.identity, Version: e.version, conn: e}, nil
 }
 
 // readsFromStorage reads one object with a quorum read (a GET without a resource
 // version goes to etcd, not to the API server's watch cache). NotFound is an answer too.
-func readsFromStorage(ctx context.Context, c client.Client) error {
-	return client.IgnoreNotFound(c.Get(ctx, client.ObjectKey{Name: "kube-system"}, &corev1.Namespace{}))
+func readsFromStorage(ctx context.Context, c rest.Interface) error {
+	return client.IgnoreNotFound(c.Get().AbsPath("/api/v1/namespaces/kube-system").Do(ctx).Error())
 }
 
 func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*entry, error) {
@@ -497,23 +528,26 @@ func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*
 	if err != nil {
 		return nil, err
 	}
-	mapper := newPlaneMapper(disco)
-	cl, err := client.New(cfg, client.Options{Scheme: c.Scheme, HTTPClient: httpClient, Mapper: mapper})
-	if err != nil {
-		return nil, err
-	}
 	canaryCfg := rest.CopyConfig(cfg)
 	canaryCfg.Impersonate = rest.ImpersonationConfig{UserName: CanaryUser, Groups: []string{"system:masters"}}
 	canaryHTTP, err := httpClientFor(canaryCfg, transport)
 	if err != nil {
 		return nil, err
 	}
-	canary, err := client.New(canaryCfg, client.Options{Scheme: c.Scheme, HTTPClient: canaryHTTP, Mapper: mapper})
+	probeCfg := rest.CopyConfig(cfg)
+	probeCfg.NegotiatedSerializer = metascheme.Codecs.WithoutConversion()
+	probe, err := rest.UnversionedRESTClientForConfigAndClient(probeCfg, httpClient)
 	if err != nil {
 		return nil, err
 	}
-	return &entry{key: key, hash: cred.Hash, config: watchCfg, watchHTTP: &http.Client{Transport: httpClient.Transport},
-		plane: Plane{Client: cl, Canary: canary, Identity: cred.Identity}, disco: disco}, nil
+	e := &entry{key: key, hash: cred.Hash, config: watchCfg, watchHTTP: &http.Client{Transport: httpClient.Transport},
+		clientConfig: cfg, canaryConfig: canaryCfg, clientHTTP: httpClient, canaryHTTP: canaryHTTP,
+		mapper: newPlaneMapper(disco), probeClient: probe, identity: cred.Identity, disco: disco}
+	// A credential the client cannot be built from fails here, not in every caller.
+	if _, err := c.connect(e); err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
 // httpClientFor is rest.HTTPClientFor over a given transport: cfg's credentials,

@@ -44,8 +44,8 @@ func credential(t *testing.T, tenant *testenv.Cluster) *remote.AdminCredential {
 	return cred
 }
 
-// TestClusterCache: a client per plane from a Kamaji-shaped kubeconfig, the operator's
-// identity read from its certificate, a rebuilt client when the credential rotates, and
+// TestClusterCache: a connection per plane from a Kamaji-shaped kubeconfig, the operator's
+// identity read from its certificate, a new connection when the credential rotates, and
 // a dead plane reported at once, with the grace period marked.
 func TestClusterCache(t *testing.T) {
 	scheme := testScheme(t)
@@ -67,13 +67,13 @@ func TestClusterCache(t *testing.T) {
 		t.Errorf("identity %q version %q", p.Identity, p.Version)
 	}
 	again, err := cache.Get(ctx, key, cred)
-	if err != nil || again.Client != p.Client {
-		t.Errorf("the same credential built a new client (err=%v)", err)
+	if err != nil || !remote.SameConnection(again, p) {
+		t.Errorf("the same credential built a new connection (err=%v)", err)
 	}
 	rotated := credential(t, tenant)
 	r, err := cache.Get(ctx, key, rotated)
-	if err != nil || r.Client == p.Client {
-		t.Errorf("a rotated credential kept the old client (err=%v)", err)
+	if err != nil || remote.SameConnection(r, p) {
+		t.Errorf("a rotated credential kept the old connection (err=%v)", err)
 	}
 
 	if err := tenant.Stop(); err != nil {
