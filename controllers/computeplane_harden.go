@@ -119,7 +119,11 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	if !wasVerified {
 		// Written is not in force: the API server loads policies a moment later. The
 		// gate opens only once each refuses what it must.
-		pending, err := remote.Unenforced(ctx, plane.Canary, posture.Labels)
+		canary, err := plane.Canary()
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		pending, err := remote.Unenforced(ctx, canary, posture.Labels)
 		if err != nil {
 			return ctrl.Result{}, err
 		}

@@ -486,7 +486,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		// A plane admin other than the operator may not delete the applier's ServiceAccount
 		// (nor anything else the operator created in a namespace).
 		applier := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "computeplane-system", Name: "computeplane-applier"}}
-		denied(t, tc.Delete(ctx, applier), "only the operator may create, change or delete it")
+		denied(t, tc.Delete(ctx, applier), ownedByOperator)
 		// Deleted with the operator's own credential, it is recreated and the credential
 		// re-issued: at the next full read (no watch sees those kinds; a reconcile request
 		// forces one).

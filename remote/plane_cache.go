@@ -24,9 +24,6 @@ type Plane struct {
 	// Client talks to the plane as the operator (its admin credential). It reads the
 	// API directly, never a cache.
 	Client client.Client
-	// Canary impersonates CanaryUser with system:masters, for dry-run requests that
-	// the plane's policies must refuse.
-	Canary client.Client
 	// Identity is the user name the plane's API server sees for the operator, so
 	// admission policies can let it (and nobody else) change what it owns.
 	Identity string
@@ -34,7 +31,15 @@ type Plane struct {
 	Version string
 
 	// conn is the connection the clients were built on.
-	conn *entry
+	conn   *entry
+	scheme *runtime.Scheme
+}
+
+// Canary is a client that impersonates CanaryUser with system:masters, for dry-run
+// requests that the plane's policies must refuse. Only a plane not yet verified needs
+// one, so it is built on demand.
+func (p *Plane) Canary() (client.Client, error) {
+	return client.New(p.conn.canaryConfig, client.Options{Scheme: p.scheme, HTTPClient: p.conn.canaryHTTP, Mapper: p.conn.mapper})
 }
 
 // UnreachableError says a plane's API server does not answer. Past reports whether it
@@ -108,7 +113,7 @@ type entry struct {
 	// config and watchHTTP are for the watches (no client timeout).
 	config    *rest.Config
 	watchHTTP *http.Client
-	// The plane's clients are built for each caller from these (connect) rather than
+	// The plane's clients are built for each caller from these (connect, Canary) rather than
 	// kept: a controller-runtime client keeps a REST client, codecs and a rate limiter
 	// for every kind it ever touched, about a tenth of a plane's memory at rest, and at
 	// rest a plane is used only by the probe, which needs none of it.
@@ -489,13 +494,9 @@ func (c *ClusterCache) connect(e *entry) (*Plane, error) {
 	if err != nil {
 		return nil, err
 	}
-	canary, err := client.New(e.canaryConfig, client.Options{Scheme: c.Scheme, HTTPClient: e.canaryHTTP, Mapper: e.mapper})
-	if err != nil {
-		return nil, err
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return &Plane{Client: cl, Canary: canary, Identity: e.identity, Version: e.version, conn: e}, nil
+	return &Plane{Client: cl, Identity: e.identity, Version: e.version, conn: e, scheme: c.Scheme}, nil
 }
 
 // readsFromStorage reads one object with a quorum read (a GET without a resource
@@ -543,8 +544,12 @@ func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*
 	e := &entry{key: key, hash: cred.Hash, config: watchCfg, watchHTTP: &http.Client{Transport: httpClient.Transport},
 		clientConfig: cfg, canaryConfig: canaryCfg, clientHTTP: httpClient, canaryHTTP: canaryHTTP,
 		mapper: newPlaneMapper(disco), probeClient: probe, identity: cred.Identity, disco: disco}
-	// A credential the client cannot be built from fails here, not in every caller.
-	if _, err := c.connect(e); err != nil {
+	// A credential the clients cannot be built from fails here, not in every caller.
+	p, err := c.connect(e)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.Canary(); err != nil {
 		return nil, err
 	}
 	return e, nil

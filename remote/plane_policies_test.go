@@ -171,6 +171,15 @@ func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 			r.Labels = nil
 			return mallory.Update(ctx, r, dry)
 		}, "only the operator may create, change or delete it"},
+		{"editing the operator's Role, as kube-controller-manager (it may only delete)", func() error {
+			kcm, _ := as("system:kube-controller-manager")
+			r := &rbacv1.Role{}
+			if err := kcm.Get(ctx, client.ObjectKeyFromObject(ownedRole), r); err != nil {
+				return err
+			}
+			r.Rules[0].Verbs = []string{"*"}
+			return kcm.Update(ctx, r, dry)
+		}, "only the operator may create, change or delete it"},
 		{"forging an operator RoleBinding", func() error {
 			return mallory.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "forged", Labels: posture.Labels},
 				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "computeplane-deployer"},
@@ -203,6 +212,10 @@ func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 		"a CRD without a webhook": func() error { return mallory.Create(ctx, crd("None"), dry) },
 		"a ServiceAccount of its own": func() error {
 			return mallory.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "app"}}, dry)
+		},
+		"deleting the operator's ServiceAccount, as kube-controller-manager (a namespace going)": func() error {
+			kcm, _ := as("system:kube-controller-manager")
+			return kcm.Delete(ctx, owned(), dry)
 		},
 		"deleting the operator's ServiceAccount, as the namespace controller": func() error {
 			nc, _ := as("system:serviceaccount:kube-system:namespace-controller")
