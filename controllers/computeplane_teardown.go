@@ -94,12 +94,32 @@ func (r *ComputePlaneReconciler) placementReleases(ctx context.Context, namespac
 }
 
 // releasePlacementFinalizers deletes the releases (if they are not yet) and removes the
-// operator's placement finalizer from them.
+// operator's placement finalizer from them. The list may have caught a release before
+// the placement controller added its finalizer, so once the releases are deleting they
+// are listed again: from then on no finalizer can be added, and what that list shows is
+// all there is to remove.
 func (r *ComputePlaneReconciler) releasePlacementFinalizers(ctx context.Context, releases []helmv2.HelmRelease) ([]string, error) {
+	deleted := false
+	for i := range releases {
+		hr := &releases[i]
+		if hr.DeletionTimestamp.IsZero() {
+			if err := client.IgnoreNotFound(r.Delete(ctx, hr)); err != nil {
+				return nil, err
+			}
+			deleted = true
+		}
+	}
+	if deleted {
+		var err error
+		if releases, err = r.placementReleases(ctx, releases[0].Namespace); err != nil {
+			return nil, err
+		}
+	}
 	var names []string
 	for i := range releases {
 		hr := &releases[i]
 		if hr.DeletionTimestamp.IsZero() {
+			// Created since the first list.
 			if err := client.IgnoreNotFound(r.Delete(ctx, hr)); err != nil {
 				return names, err
 			}

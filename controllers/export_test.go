@@ -3,6 +3,8 @@ package controllers
 import (
 	"context"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
 
@@ -13,4 +15,10 @@ func PatchStatusForTest(ctx context.Context, r *ComputePlaneReconciler, p *cpv1.
 		cpv1.ValidCondition: stageFalse(cpv1.ClassNotFoundReason, "class %q is missing", p.Spec.ClassName),
 	}}
 	return r.patchStatus(ctx, s, p.Status.DeepCopy(), nil)
+}
+
+// ReleasePlacementFinalizersForTest runs the teardown step that lets placement releases
+// go, on releases as a list returned them.
+func ReleasePlacementFinalizersForTest(ctx context.Context, r *ComputePlaneReconciler, releases []helmv2.HelmRelease) ([]string, error) {
+	return r.releasePlacementFinalizers(ctx, releases)
 }

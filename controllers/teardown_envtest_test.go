@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers"
 )
 
 // platformOperator is a user bound to the platform roles config/default installs
@@ -199,6 +201,40 @@ func TestTeardownWhileTheNamespaceGoes(t *testing.T) {
 	}
 	eventually(t, settle, releaseGone(ctx, hr))
 	eventually(t, settle, planeGone(ctx, key))
+}
+
+// TestTeardownReleasesAFinalizerAddedAfterTheList: the placement controller adds its
+// finalizer to a new release a moment after it is created, so the teardown's list can
+// hold the release without it while the API server already has it. The release must go
+// all the same: a release left with the finalizer, once its plane is gone, would keep
+// it (and its namespace) for good.
+func TestTeardownReleasesAFinalizerAddedAfterTheList(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := planeWithClass(t, ctx, newClass("late-"+rand.String(6)))
+	hr := placementRelease(p.Namespace, "late")
+	if err := k8s.Create(ctx, hr); err != nil {
+		t.Fatal(err)
+	}
+	listed := *hr.DeepCopy()
+	listed.Finalizers = nil
+	// Flux installed it, so the placement controller keeps its finalizer until Flux
+	// has uninstalled it.
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(hr), hr); err != nil {
+			return err
+		}
+		if !controllerutil.ContainsFinalizer(hr, cpv1.PlacementFinalizer) {
+			return errors.New("no placement finalizer yet")
+		}
+		hr.Status.StorageNamespace = p.Namespace
+		return k8s.Status().Update(ctx, hr)
+	})
+	r := &controllers.ComputePlaneReconciler{Client: reconciler.Client, APIReader: reconciler.APIReader}
+	if _, err := controllers.ReleasePlacementFinalizersForTest(ctx, r, []helmv2.HelmRelease{listed}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, releaseGone(ctx, hr))
 }
 
 func mustSecret(t *testing.T, ctx context.Context, key client.ObjectKey) *corev1.Secret {
