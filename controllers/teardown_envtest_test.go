@@ -191,6 +191,18 @@ func TestTeardownWhileTheNamespaceGoes(t *testing.T) {
 	if err := k8s.Status().Update(ctx, hr); err != nil {
 		t.Fatal(err)
 	}
+	// The plane's teardown is what is tested: it must have begun (a plane deleted before
+	// the operator added its finalizer has none).
+	eventually(t, settle, func() error {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, key, got); err != nil {
+			return err
+		}
+		if !controllerutil.ContainsFinalizer(got, cpv1.ComputePlaneFinalizer) {
+			return errors.New("the plane has no finalizer yet")
+		}
+		return nil
+	})
 	// envtest runs no namespace controller: the namespace stays Terminating and the test
 	// deletes what it would.
 	if err := k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace}}); err != nil {
