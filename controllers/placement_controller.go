@@ -45,6 +45,9 @@ const (
 	// PlacementUninstallHeldReason: a deleted release waits for the gate to reopen so
 	// that Flux can uninstall it from the plane.
 	PlacementUninstallHeldReason = "UninstallHeld"
+	// PlacementNothingToUninstallReason: a deleted release's plane is gone, so nothing
+	// can uninstall it any more and it is let go.
+	PlacementNothingToUninstallReason = "NothingToUninstall"
 )
 
 // PlacementReconciler keeps a namespace's placement releases in step with its
@@ -132,12 +135,14 @@ type gate struct {
 	why string
 	// teardown: the plane is being deleted, and its teardown sees to the releases.
 	teardown bool
+	// noPlane: the namespace has no ComputePlane.
+	noPlane bool
 }
 
 func gateOf(p *cpv1.ComputePlane) gate {
 	switch {
 	case p == nil:
-		return gate{why: "the namespace has no ComputePlane"}
+		return gate{why: "the namespace has no ComputePlane", noPlane: true}
 	case !p.DeletionTimestamp.IsZero():
 		return gate{why: fmt.Sprintf("ComputePlane %s is being deleted (its teardown has Flux uninstall every placement release first)", p.Name), teardown: true}
 	}
@@ -192,8 +197,25 @@ func (r *PlacementReconciler) release(ctx context.Context, hr *helmv2.HelmReleas
 // plane (its status.storageNamespace is cleared then, and never set for a release that
 // was never installed). A suspended release is unsuspended: Flux deletes a suspended
 // release without uninstalling it.
+//
+// A release whose namespace has no ComputePlane any more is let go: its plane went
+// without the operator's teardown (deleted before the operator added its finalizer, or
+// its finalizer removed by hand), so no credential or cluster is left for Flux to
+// uninstall from, and the finalizer would keep the release, and its namespace, forever.
 func (r *PlacementReconciler) deleting(ctx context.Context, hr *helmv2.HelmRelease, g gate, counts *cpv1.PlacementCounts) error {
 	if !controllerutil.ContainsFinalizer(hr, cpv1.PlacementFinalizer) {
+		return nil
+	}
+	if g.noPlane {
+		patch := client.MergeFromWithOptions(hr.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(hr, cpv1.PlacementFinalizer)
+		if err := r.Patch(ctx, hr, patch, client.FieldOwner(PlacementFieldOwner)); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if hr.Status.StorageNamespace != "" {
+			r.tell(hr, corev1.EventTypeWarning, PlacementNothingToUninstallReason,
+				"deleted after its namespace's ComputePlane went without the operator's teardown: no plane is left for Flux to uninstall it from, so it is let go without its uninstall")
+		}
 		return nil
 	}
 	if hr.Spec.Suspend {

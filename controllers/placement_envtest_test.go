@@ -355,3 +355,75 @@ func releaseEvent(ctx context.Context, hr *helmv2.HelmRelease, reason, text stri
 		return fmt.Errorf("no %s event on HelmRelease %s containing %q", reason, hr.Name, text)
 	}
 }
+
+// TestPlacementReleaseOutlivesItsPlane: a plane that goes without the operator's
+// teardown (deleted before the operator added its finalizer: here its finalizer is taken
+// off, with the operator's identity as only it may, just before it is deleted) leaves an installed placement release with the
+// placement finalizer. Nothing can uninstall it any more, so once deleted it is let go
+// (with a warning) instead of keeping its namespace forever.
+func TestPlacementReleaseOutlivesItsPlane(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := planeWithClass(t, ctx, newClass("outlived-"+rand.String(6)))
+	installed := placementRelease(p.Namespace, "installed")
+	if err := k8s.Create(ctx, installed); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(installed), installed); err != nil {
+			return err
+		}
+		if !controllerutil.ContainsFinalizer(installed, cpv1.PlacementFinalizer) {
+			return errors.New("no placement finalizer yet")
+		}
+		return nil
+	})
+	installed.Status.StorageNamespace = p.Namespace // as Flux records an install
+	if err := k8s.Status().Update(ctx, installed); err != nil {
+		t.Fatal(err)
+	}
+
+	// The plane goes without a teardown: its finalizers are replaced by one of the
+	// test's (by the operator's identity: the finalizer guard lets no one else), and it
+	// is deleted at exactly that version (the operator, which puts its own back, makes
+	// the delete conflict and the step run again).
+	const hold = "test.computeplane.cozystack.io/hold"
+	eventually(t, settle, func() error {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		patch := client.MergeFromWithOptions(got.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		got.Finalizers = []string{hold}
+		if err := reconciler.Client.Patch(ctx, got, patch); err != nil {
+			return err
+		}
+		return k8s.Delete(ctx, got, client.Preconditions{ResourceVersion: &got.ResourceVersion})
+	})
+	got := &cpv1.ComputePlane{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+		t.Fatal(err)
+	}
+	if controllerutil.ContainsFinalizer(got, cpv1.ComputePlaneFinalizer) {
+		t.Fatalf("the plane being deleted has the operator's finalizer (%v): its teardown would run", got.Finalizers)
+	}
+	got.Finalizers = nil
+	if err := k8s.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), &cpv1.ComputePlane{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the plane is still there (err=%v)", err)
+		}
+		return nil
+	})
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(installed), installed); err != nil || installed.DeletionTimestamp != nil {
+		t.Fatalf("the release was touched by a teardown that should not have run (err=%v, deleting=%v)", err, installed.DeletionTimestamp)
+	}
+
+	if err := k8s.Delete(ctx, installed); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, releaseGone(ctx, installed))
+	eventually(t, settle, releaseEvent(ctx, installed, "NothingToUninstall", "no plane is left for Flux to uninstall it from"))
+}
