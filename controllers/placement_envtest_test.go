@@ -425,5 +425,5 @@ func TestPlacementReleaseOutlivesItsPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, settle, releaseGone(ctx, installed))
-	eventually(t, settle, releaseEvent(ctx, installed, "NothingToUninstall", "no plane is left for Flux to uninstall it from"))
+	eventually(t, settle, releaseEvent(ctx, installed, controllers.PlacementNothingToUninstallReason, "no plane is left for Flux to uninstall it from"))
 }
