@@ -799,18 +799,28 @@ func privilegedMutatingPolicy() *admissionv1.MutatingAdmissionPolicy {
 		}}
 }
 
+// privilegedMutatingBinding binds privilegedMutatingPolicy: what makes it act.
+func privilegedMutatingBinding() *admissionv1.MutatingAdmissionPolicyBinding {
+	return &admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "privileged-everything"},
+		Spec: admissionv1.MutatingAdmissionPolicyBindingSpec{PolicyName: "privileged-everything"}}
+}
+
 // TestAttackMutatingPolicyInPlane: Kubernetes runs no admission policy on mutating
 // admission policies, so a cluster-admin of the plane who is not the operator can add
-// one that rewrites what the plane admits. The gate closes while one exists.
+// one, and bind it, to rewrite what the plane admits. The gate closes at once (the
+// binding is watched) and stays closed while either exists.
 func TestAttackMutatingPolicyInPlane(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	p, tenant := readyPlane(t, ctx, newClass("mutate-"+rand.String(6)))
 	key := client.ObjectKeyFromObject(p)
 	mallory := asUser(t, tenant, "mallory")
-	mapObj := privilegedMutatingPolicy()
+	mapObj, binding := privilegedMutatingPolicy(), privilegedMutatingBinding()
 	if err := mallory.Create(ctx, mapObj); err != nil {
 		t.Fatalf("the plane refused a MutatingAdmissionPolicy (then this attack needs no defence): %v", err)
+	}
+	if err := mallory.Create(ctx, binding); err != nil {
+		t.Fatalf("the plane refused a MutatingAdmissionPolicyBinding (then this attack needs no defence): %v", err)
 	}
 	eventually(t, settle, func() error {
 		got := &cpv1.ComputePlane{}
@@ -832,7 +842,11 @@ func TestAttackMutatingPolicyInPlane(t *testing.T) {
 		}
 		return nil
 	})
+	// The policy first: the binding's deletion (watched) then finds neither.
 	if err := mallory.Delete(ctx, mapObj); err != nil {
+		t.Fatal(err)
+	}
+	if err := mallory.Delete(ctx, binding); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))

@@ -121,12 +121,16 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 	}
 
 	// At rest again, a cluster-admin of the plane who is not the operator adds a
-	// MutatingAdmissionPolicy (no admission policy can refuse it; nothing of the
-	// operator's changed): the gate closes within the settle time, well before the
-	// full read the suite's one-minute resync interval would bring.
+	// MutatingAdmissionPolicy and binds it (no admission policy can refuse either;
+	// nothing of the operator's changed): the gate closes within the settle time, well
+	// before the full read the suite's one-minute resync interval would bring.
 	atRest()
-	if err := asUser(t, tenant, "mallory").Create(ctx, privilegedMutatingPolicy()); err != nil {
+	mallory := asUser(t, tenant, "mallory")
+	if err := mallory.Create(ctx, privilegedMutatingPolicy()); err != nil {
 		t.Fatalf("the plane refused a MutatingAdmissionPolicy (then this attack needs no defence): %v", err)
+	}
+	if err := mallory.Create(ctx, privilegedMutatingBinding()); err != nil {
+		t.Fatalf("the plane refused a MutatingAdmissionPolicyBinding (then this attack needs no defence): %v", err)
 	}
 	eventually(t, settle, gateClosed(ctx, p))
 }

@@ -514,14 +514,15 @@ func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*
 	watchCfg.QPS, watchCfg.Burst = 50, 100
 	cfg := rest.CopyConfig(watchCfg)
 	cfg.Timeout = c.Timeout
-	// One HTTP transport (planeTransport) and one RESTMapper per plane, shared by its
-	// client and the canary (and the transport by the watches); the mapper discovers
-	// only the group-versions the operator uses (planeMapper).
-	transport, err := planeTransport(cfg)
+	// Two HTTP transports (planeTransport: the streams' and the reads') and one
+	// RESTMapper per plane; the mapper discovers only the group-versions the operator
+	// uses (planeMapper).
+	tlsConfig, err := rest.TLSConfigFor(cfg)
 	if err != nil {
 		return nil, err
 	}
-	httpClient, err := httpClientFor(cfg, transport)
+	streams, reads := planeTransport(tlsConfig, 0), planeTransport(tlsConfig, readsIdleTimeout)
+	httpClient, err := httpClientFor(cfg, reads)
 	if err != nil {
 		return nil, err
 	}
@@ -531,17 +532,21 @@ func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*
 	}
 	canaryCfg := rest.CopyConfig(cfg)
 	canaryCfg.Impersonate = rest.ImpersonationConfig{UserName: CanaryUser, Groups: []string{"system:masters"}}
-	canaryHTTP, err := httpClientFor(canaryCfg, transport)
+	canaryHTTP, err := httpClientFor(canaryCfg, reads)
+	if err != nil {
+		return nil, err
+	}
+	watchHTTP, err := httpClientFor(watchCfg, streams)
 	if err != nil {
 		return nil, err
 	}
 	probeCfg := rest.CopyConfig(cfg)
 	probeCfg.NegotiatedSerializer = metascheme.Codecs.WithoutConversion()
-	probe, err := rest.UnversionedRESTClientForConfigAndClient(probeCfg, httpClient)
+	probe, err := rest.UnversionedRESTClientForConfigAndClient(probeCfg, &http.Client{Transport: watchHTTP.Transport, Timeout: cfg.Timeout})
 	if err != nil {
 		return nil, err
 	}
-	e := &entry{key: key, hash: cred.Hash, config: watchCfg, watchHTTP: &http.Client{Transport: httpClient.Transport},
+	e := &entry{key: key, hash: cred.Hash, config: watchCfg, watchHTTP: watchHTTP,
 		clientConfig: cfg, canaryConfig: canaryCfg, clientHTTP: httpClient, canaryHTTP: canaryHTTP,
 		mapper: newPlaneMapper(disco), probeClient: probe, identity: cred.Identity, disco: disco}
 	// A credential the clients cannot be built from fails here, not in every caller.

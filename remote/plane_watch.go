@@ -21,16 +21,19 @@ import (
 
 // WatchedResources are the kinds of a plane the operator reacts to at once: everything
 // its hardening reads that its admission policies cannot guard (a namespace created, a
-// policy or binding deleted or edited, a mutating policy created: Kubernetes runs no
-// admission policy on admission policies). Namespaces and mutating admission policies
-// are watched in full (the operator creates none of the latter: any is a finding), the
-// others through WatchSelector. What the operator created in namespaces (identities,
-// quotas) is not watched: the operator-objects policy lets no one else change it, and
-// that policy is watched; the full read every resync interval still compares it. So a
-// plane whose watches saw nothing needs no full read until then (ClusterCache.Quiet).
+// policy or binding deleted or edited, a mutating policy bound: Kubernetes runs no
+// admission policy on admission policies). Namespaces and mutating admission policy
+// bindings are watched in full (the operator creates none of the latter: any is a
+// finding), the validating policies and bindings through WatchSelector. Mutating
+// policies themselves are not watched: one acts only through a binding, and a binding
+// (watched) is a finding whatever it binds, so an unbound policy (harmless) is found by
+// the full read every resync interval, a bound one at once. What the operator created
+// in namespaces (identities, quotas) is not watched either: the operator-objects policy
+// lets no one else change it, and that policy is watched; the full read every resync
+// interval still compares it. So a plane whose watches saw nothing needs no full read
+// until then (ClusterCache.Quiet).
 var WatchedResources = []schema.GroupVersionResource{
 	{Version: "v1", Resource: "namespaces"},
-	{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"},
 	{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicybindings"},
 	{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"},
 	{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"},
@@ -108,7 +111,7 @@ func (c *ClusterCache) watchPlane(ctx context.Context, e *entry) (<-chan struct{
 
 // unscoped kinds are watched whoever labelled them.
 func unscoped(gvr schema.GroupVersionResource) bool {
-	return gvr.Resource == "namespaces" || gvr.Resource == "mutatingadmissionpolicies" || gvr.Resource == "mutatingadmissionpolicybindings"
+	return gvr.Resource == "namespaces" || gvr.Resource == "mutatingadmissionpolicybindings"
 }
 
 func resourcePath(gvr schema.GroupVersionResource) string {
