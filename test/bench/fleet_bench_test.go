@@ -246,6 +246,13 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	fmt.Fprintf(os.Stderr, "planes=%d: anonymous RSS (RSS less the binary's pages) max %.1f MiB, idle %.1f MiB\n", n, mib(maxM.rssAnon), mib(idle.rssAnon))
 	fmt.Fprintf(os.Stderr, "planes=%d: goroutines %.0f (idle %.0f), their stacks %.1f MiB (idle %.1f MiB)\n", n, maxM.goroutines, idle.goroutines, mib(maxM.stacks), mib(idle.stacks))
 	fmt.Fprintf(os.Stderr, "planes=%d: drift repairs: %.0f over the whole run, %.0f at rest\n", n, drifts, restDrifts)
+	// What the collector costs at rest (GOGC trades it for memory).
+	if _, ok := m1["process_cpu_seconds_total"]; ok {
+		cpu := m1["process_cpu_seconds_total"] - m0["process_cpu_seconds_total"]
+		b.ReportMetric(100*cpu/t1.Sub(t0).Seconds(), "cpu-%-at-rest")
+		fmt.Fprintf(os.Stderr, "planes=%d: CPU at rest %.1f %% of one core; %.1f collections a minute\n", n,
+			100*cpu/t1.Sub(t0).Seconds(), (m1["go_gc_duration_seconds_count"]-m0["go_gc_duration_seconds_count"])/minutes)
+	}
 	fullReads := m1["computeplane_plane_full_reads_total"] - m0["computeplane_plane_full_reads_total"]
 	b.ReportMetric(fullReads/minutes/float64(n), "full-reads/min/plane")
 	fmt.Fprintf(os.Stderr, "planes=%d: full reads of a plane at rest: %.0f (%.2f/min per plane)\n", n, fullReads, fullReads/minutes/float64(n))

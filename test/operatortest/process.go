@@ -300,6 +300,10 @@ func (p *Process) Metrics() (map[string]float64, error) {
 				v = m.GetCounter().GetValue()
 			case m.GetUntyped() != nil:
 				v = m.GetUntyped().GetValue()
+			case m.GetSummary() != nil:
+				// A summary counts as its observations, under name_count.
+				out[name+"_count"] += float64(m.GetSummary().GetSampleCount())
+				continue
 			}
 			out[name] += v
 			if len(m.GetLabel()) > 0 {
