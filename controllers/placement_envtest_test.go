@@ -358,9 +358,10 @@ func releaseEvent(ctx context.Context, hr *helmv2.HelmRelease, reason, text stri
 
 // TestPlacementReleaseOutlivesItsPlane: a plane that goes without the operator's
 // teardown (deleted before the operator added its finalizer: here its finalizer is taken
-// off, with the operator's identity as only it may, just before it is deleted) leaves an installed placement release with the
-// placement finalizer. Nothing can uninstall it any more, so once deleted it is let go
-// (with a warning) instead of keeping its namespace forever.
+// off, with the operator's identity as only it may, just before it is deleted) leaves an
+// installed placement release with the placement finalizer. Nothing can uninstall it any
+// more, so once deleted it is let go (with a warning) instead of keeping its namespace
+// forever.
 func TestPlacementReleaseOutlivesItsPlane(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
