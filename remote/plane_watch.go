@@ -184,69 +184,110 @@ type kindWatch struct {
 // the reconcile it starts, so no change falls between the operator's last read and the
 // first event. A kind the plane does not serve (a version without mutating admission
 // policies) is not watched: there is nothing of it to change.
+//
+// A watch goroutine spends nearly all its life blocked reading its stream, and the
+// runtime keeps a goroutine's stack at up to four times the depth it rests at (a
+// collection halves a stack only while less than a quarter of it is used, counting a
+// fixed reserve). So what lies on the resting path (run, follow, the read) keeps small
+// frames: listing, opening a watch and decoding an event are done in functions that
+// return before the next read. A fleet's watch goroutines then rest on 4 KiB stacks
+// instead of 8 KiB (see docs/benchmarks.md).
 func (w *kindWatch) run(ctx context.Context, failed func(error)) {
-	rv := ""
-	retry := time.Second
-	first := w.listed
-	listed := func() {
-		if first != nil {
-			first()
-			first = nil
-		}
-	}
-	wait := func(err error) {
-		failed(err)
-		d := time.Duration(float64(retry) * (0.5 + rand.Float64()))
-		retry = min(2*retry, watchRetryMax)
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
-		}
-	}
+	l := &watchLoop{w: w, ctx: ctx, failed: failed, retry: time.Second, first: w.listed}
 	for ctx.Err() == nil {
-		if rv == "" {
-			v, err := w.src.list(ctx, metav1.ListOptions{LabelSelector: w.selector, Limit: 1})
-			if apierrors.IsNotFound(err) {
-				w.changed(WatchListed)
-				listed()
-				return
-			}
-			if err == nil && v == "" {
-				err = errors.New("the list has no resource version")
-			}
-			if err != nil {
-				wait(err)
-				continue
-			}
-			rv = v
-			w.changed(WatchListed)
-			listed()
+		s, served := l.open()
+		if !served {
+			return
 		}
-		timeout := int64(watchTimeout.Seconds() * (1 + rand.Float64()))
-		s, err := w.src.watch(ctx, metav1.ListOptions{LabelSelector: w.selector, ResourceVersion: rv,
-			AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
-		if err != nil {
-			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-				rv = ""
-				w.changed(WatchExpired)
-			}
-			wait(err)
+		if s == nil {
 			continue
 		}
-		retry = time.Second
 		opened := time.Now()
-		var ended error
-		rv, ended = w.follow(s, rv)
+		rv, ended := w.follow(s, l.rv)
 		if ctx.Err() != nil {
 			return
 		}
-		if ended == nil && time.Since(opened) < time.Second {
-			// Not the API server's timeout: something ends the stream at once.
-			ended = errors.New("the watch ended as soon as it opened")
+		l.ended(rv, opened, ended)
+	}
+}
+
+// watchLoop is a kindWatch's state between watches.
+type watchLoop struct {
+	w      *kindWatch
+	ctx    context.Context
+	failed func(error)
+	// rv is the version to watch from; "" to list first.
+	rv    string
+	retry time.Duration
+	// first is the kindWatch's listed, until called.
+	first func()
+}
+
+// open lists the kind when there is no version to watch from, then opens a watch. It
+// returns the watch's stream, or nil after waiting to try again; served is false when
+// the plane does not serve the kind.
+func (l *watchLoop) open() (s io.ReadCloser, served bool) {
+	w := l.w
+	if l.rv == "" {
+		v, err := w.src.list(l.ctx, metav1.ListOptions{LabelSelector: w.selector, Limit: 1})
+		if apierrors.IsNotFound(err) {
+			w.changed(WatchListed)
+			l.listed()
+			return nil, false
 		}
-		if ended != nil {
-			wait(ended)
+		if err == nil && v == "" {
+			err = errors.New("the list has no resource version")
 		}
+		if err != nil {
+			l.wait(err)
+			return nil, true
+		}
+		l.rv = v
+		w.changed(WatchListed)
+		l.listed()
+	}
+	timeout := int64(watchTimeout.Seconds() * (1 + rand.Float64()))
+	s, err := w.src.watch(l.ctx, metav1.ListOptions{LabelSelector: w.selector, ResourceVersion: l.rv,
+		AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
+	if err != nil {
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			l.rv = ""
+			w.changed(WatchExpired)
+		}
+		l.wait(err)
+		return nil, true
+	}
+	l.retry = time.Second
+	return s, true
+}
+
+// ended takes what follow returned for a watch opened at opened.
+func (l *watchLoop) ended(rv string, opened time.Time, err error) {
+	l.rv = rv
+	if err == nil && time.Since(opened) < time.Second {
+		// Not the API server's timeout: something ends the stream at once.
+		err = errors.New("the watch ended as soon as it opened")
+	}
+	if err != nil {
+		l.wait(err)
+	}
+}
+
+func (l *watchLoop) listed() {
+	if l.first != nil {
+		l.first()
+		l.first = nil
+	}
+}
+
+// wait reports err and waits before the next try, backing off up to watchRetryMax.
+func (l *watchLoop) wait(err error) {
+	l.failed(err)
+	d := time.Duration(float64(l.retry) * (0.5 + rand.Float64()))
+	l.retry = min(2*l.retry, watchRetryMax)
+	select {
+	case <-l.ctx.Done():
+	case <-time.After(d):
 	}
 }
 
@@ -260,15 +301,15 @@ type watchEvent struct {
 // too old to resume from) and why the watch ended, if not by its timeout.
 //
 // Between events it waits on a one-byte read, and decodes each event with a decoder of
-// its own: a fleet's watches spend minutes between events, and a decoder kept across
-// them keeps its buffer (thousands of watches, a kilobyte or more each).
+// its own (event): a fleet's watches spend minutes between events, and a decoder kept
+// across them keeps its buffer (thousands of watches, a kilobyte or more each).
 func (w *kindWatch) follow(s io.ReadCloser, rv string) (string, error) {
 	defer s.Close()
 	var pending []byte
 	for {
 		if len(pending) == 0 {
-			var first [1]byte
-			n, err := s.Read(first[:])
+			first := make([]byte, 1)
+			n, err := s.Read(first)
 			if n == 0 {
 				if err == nil {
 					continue
@@ -280,40 +321,51 @@ func (w *kindWatch) follow(s io.ReadCloser, rv string) (string, error) {
 			}
 			pending = first[:n]
 		}
-		dec := json.NewDecoder(io.MultiReader(bytes.NewReader(pending), s))
-		var ev watchEvent
-		if err := dec.Decode(&ev); err != nil {
+		var err error
+		if pending, rv, err = w.event(pending, s, rv); err != nil {
 			if errors.Is(err, io.EOF) {
 				return rv, nil
 			}
 			return rv, err
 		}
-		// What the decoder read past the event is the start of the next one.
-		rest, _ := io.ReadAll(dec.Buffered())
-		pending = bytes.TrimLeft(rest, " \t\r\n")
-		switch ev.Type {
-		case watch.Error:
-			var status metav1.Status
-			if err := json.Unmarshal(ev.Object, &status); err != nil {
-				return rv, fmt.Errorf("decoding a watch error: %w", err)
-			}
-			err := apierrors.FromObject(&status)
-			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-				w.changed(WatchExpired)
-				return "", err
-			}
-			return rv, err
-		case watch.Added, watch.Modified, watch.Deleted:
-			w.changed(string(ev.Type))
-			fallthrough
-		case watch.Bookmark:
-			var o objectVersion
-			if err := json.Unmarshal(ev.Object, &o); err != nil {
-				return rv, fmt.Errorf("decoding a watch event: %w", err)
-			}
-			if o.Metadata.ResourceVersion != "" {
-				rv = o.Metadata.ResourceVersion
-			}
+	}
+}
+
+// event decodes the event that starts with pending and continues in s, tells changed,
+// and returns what was read past it, the last version seen, and an error when the
+// stream ends or says the watch is over.
+func (w *kindWatch) event(pending []byte, s io.Reader, rv string) ([]byte, string, error) {
+	dec := json.NewDecoder(io.MultiReader(bytes.NewReader(pending), s))
+	var ev watchEvent
+	if err := dec.Decode(&ev); err != nil {
+		return nil, rv, err
+	}
+	// What the decoder read past the event is the start of the next one.
+	rest, _ := io.ReadAll(dec.Buffered())
+	pending = bytes.TrimLeft(rest, " \t\r\n")
+	switch ev.Type {
+	case watch.Error:
+		var status metav1.Status
+		if err := json.Unmarshal(ev.Object, &status); err != nil {
+			return nil, rv, fmt.Errorf("decoding a watch error: %w", err)
+		}
+		err := apierrors.FromObject(&status)
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			w.changed(WatchExpired)
+			return nil, "", err
+		}
+		return nil, rv, err
+	case watch.Added, watch.Modified, watch.Deleted:
+		w.changed(string(ev.Type))
+		fallthrough
+	case watch.Bookmark:
+		var o objectVersion
+		if err := json.Unmarshal(ev.Object, &o); err != nil {
+			return nil, rv, fmt.Errorf("decoding a watch event: %w", err)
+		}
+		if o.Metadata.ResourceVersion != "" {
+			rv = o.Metadata.ResourceVersion
 		}
 	}
+	return pending, rv, nil
 }
