@@ -2,9 +2,12 @@ package remote
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,11 +30,16 @@ type planeMapper struct {
 }
 
 type servedResources struct {
-	// byKind holds the group-version's resources (no subresources); nil when the plane
+	// set holds the group-version's resources (no subresources); nil when the plane
 	// does not serve the group-version.
-	byKind map[string]servedResource
+	set *servedSet
 	// missingAt is when the plane answered that it does not serve it.
 	missingAt time.Time
+}
+
+// servedSet is a group-version's resources as a plane serves them, by kind.
+type servedSet struct {
+	byKind map[string]servedResource
 }
 
 // servedResource is what mapping reads of a discovered resource (a metav1.APIResource
@@ -50,8 +58,11 @@ func newPlaneMapper(disco discovery.DiscoveryInterface) *planeMapper {
 func (m *planeMapper) resources(gv schema.GroupVersion) (map[string]servedResource, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s := m.gvs[gv]; s != nil && (s.byKind != nil || time.Since(s.missingAt) < missingRecheck) {
-		return s.byKind, nil
+	if s := m.gvs[gv]; s != nil && (s.set != nil || time.Since(s.missingAt) < missingRecheck) {
+		if s.set == nil {
+			return nil, nil
+		}
+		return s.set.byKind, nil
 	}
 	list, err := m.disco.ServerResourcesForGroupVersion(gv.String())
 	if apierrors.IsNotFound(err) {
@@ -67,8 +78,47 @@ func (m *planeMapper) resources(gv schema.GroupVersion) (map[string]servedResour
 			byKind[r.Kind] = servedResource{name: r.Name, singular: r.SingularName, namespaced: r.Namespaced}
 		}
 	}
-	m.gvs[gv] = &servedResources{byKind: byKind}
-	return byKind, nil
+	set := sharedServedSet(gv, byKind)
+	m.gvs[gv] = &servedResources{set: set}
+	return set.byKind, nil
+}
+
+// servedSets lets planes that serve a group-version alike share one servedSet: planes of
+// one Kubernetes version serve the same built-in group-versions, which is what the
+// operator maps, so a fleet keeps a handful of sets instead of one per plane and
+// group-version (a few kilobytes per plane). A set no plane's mapper holds any more is
+// left to the collector (a weak reference), so what planes serve cannot grow it for good.
+var servedSets = struct {
+	sync.Mutex
+	byContent map[string]weak.Pointer[servedSet]
+}{byContent: map[string]weak.Pointer[servedSet]{}}
+
+func sharedServedSet(gv schema.GroupVersion, byKind map[string]servedResource) *servedSet {
+	key := servedSetKey(gv, byKind)
+	servedSets.Lock()
+	defer servedSets.Unlock()
+	if s := servedSets.byContent[key].Value(); s != nil {
+		return s
+	}
+	for k, p := range servedSets.byContent {
+		if p.Value() == nil {
+			delete(servedSets.byContent, k)
+		}
+	}
+	s := &servedSet{byKind: byKind}
+	servedSets.byContent[key] = weak.Make(s)
+	return s
+}
+
+// servedSetKey names a group-version's resources by their whole content.
+func servedSetKey(gv schema.GroupVersion, byKind map[string]servedResource) string {
+	var b strings.Builder
+	b.WriteString(gv.String())
+	for _, kind := range slices.Sorted(maps.Keys(byKind)) {
+		r := byKind[kind]
+		fmt.Fprintf(&b, "\n%s %s %s %t", kind, r.name, r.singular, r.namespaced)
+	}
+	return b.String()
 }
 
 func (m *planeMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
@@ -154,7 +204,10 @@ func (m *planeMapper) ResourceSingularizer(resource string) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, s := range m.gvs {
-		for _, r := range s.byKind {
+		if s.set == nil {
+			continue
+		}
+		for _, r := range s.set.byKind {
 			if r.name == resource && r.singular != "" {
 				return r.singular, nil
 			}

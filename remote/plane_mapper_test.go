@@ -1,6 +1,8 @@
 package remote
 
 import (
+	"runtime"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -54,4 +56,42 @@ func TestPlaneMapper(t *testing.T) {
 	if gvk, err := m.KindFor(schema.GroupVersionResource{Version: "v1", Resource: "namespace"}); err != nil || gvk.Kind != "Namespace" {
 		t.Errorf("KindFor(namespace) = %v, %v", gvk, err)
 	}
+}
+
+// TestPlaneMappersShareWhatPlanesServeAlike: planes that serve a group-version alike
+// share one set of its resources; a plane that serves it differently gets its own; a
+// set no mapper holds any more is collected.
+func TestPlaneMappersShareWhatPlanesServeAlike(t *testing.T) {
+	gv := schema.GroupVersion{Group: "sharing.test.example", Version: "v1"}
+	served := func(kinds ...string) *fakediscovery.FakeDiscovery {
+		l := &metav1.APIResourceList{GroupVersion: gv.String()}
+		for _, k := range kinds {
+			l.APIResources = append(l.APIResources, metav1.APIResource{Name: strings.ToLower(k) + "s", SingularName: strings.ToLower(k), Kind: k})
+		}
+		return &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{Resources: []*metav1.APIResourceList{l}}}
+	}
+	set := func(m *planeMapper) *servedSet {
+		if _, err := m.RESTMapping(schema.GroupKind{Group: gv.Group, Kind: "Widget"}, gv.Version); err != nil {
+			t.Fatal(err)
+		}
+		return m.gvs[gv].set
+	}
+	a, b := set(newPlaneMapper(served("Widget", "Gadget"))), set(newPlaneMapper(served("Gadget", "Widget")))
+	if a != b {
+		t.Error("two planes serving the same resources do not share them")
+	}
+	key := func() string {
+		c := set(newPlaneMapper(served("Widget")))
+		if a == c || len(c.byKind) != 1 {
+			t.Errorf("a plane serving other resources got %v", c.byKind)
+		}
+		return servedSetKey(gv, c.byKind)
+	}()
+	runtime.GC()
+	servedSets.Lock()
+	defer servedSets.Unlock()
+	if servedSets.byContent[key].Value() != nil {
+		t.Error("a set no mapper holds is still kept")
+	}
+	runtime.KeepAlive(a)
 }
