@@ -96,7 +96,9 @@ func main() {
 		os.Exit(1)
 	}
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg := ctrl.GetConfigOrDie()
+	controllers.CountPlaneRequestsTogether(cfg.Host)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        controllers.NewScheme(),
 		Cache:                         controllers.CacheOptions(),
 		Client:                        controllers.ClientOptions(),
