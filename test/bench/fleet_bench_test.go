@@ -245,6 +245,13 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 		mib(maxM.rss), mib(last.rss), mib(maxM.heapInuse), mib(last.heapInuse), mib(maxM.heapAlloc), mib(last.heapAlloc), mib(maxM.sys), mib(idle.rss))
 	fmt.Fprintf(os.Stderr, "planes=%d: anonymous RSS (RSS less the binary's pages) max %.1f MiB, idle %.1f MiB\n", n, mib(maxM.rssAnon), mib(idle.rssAnon))
 	fmt.Fprintf(os.Stderr, "planes=%d: goroutines %.0f (idle %.0f), their stacks %.1f MiB (idle %.1f MiB)\n", n, maxM.goroutines, idle.goroutines, mib(maxM.stacks), mib(idle.stacks))
+	// Where the anonymous memory goes, by the runtime's account (the last sample): what
+	// is not heap in use or stacks is the runtime's own metadata and free heap pages it
+	// has not given back yet.
+	fmt.Fprintf(os.Stderr, "planes=%d: the runtime's account at the end: heap in use %.1f MiB, stacks %.1f, span metadata %.1f, GC metadata %.1f, profiling buckets %.1f, other %.1f, free heap not returned %.1f\n", n,
+		mib(m1["go_memstats_heap_inuse_bytes"]), mib(m1["go_memstats_stack_inuse_bytes"]), mib(m1["go_memstats_mspan_inuse_bytes"]+m1["go_memstats_mcache_inuse_bytes"]),
+		mib(m1["go_memstats_gc_sys_bytes"]), mib(m1["go_memstats_buck_hash_sys_bytes"]), mib(m1["go_memstats_other_sys_bytes"]),
+		mib(m1["go_memstats_heap_idle_bytes"]-m1["go_memstats_heap_released_bytes"]))
 	fmt.Fprintf(os.Stderr, "planes=%d: drift repairs: %.0f over the whole run, %.0f at rest\n", n, drifts, restDrifts)
 	// What the collector costs at rest (GOGC trades it for memory).
 	if _, ok := m1["process_cpu_seconds_total"]; ok {
