@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
@@ -102,8 +103,19 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	args = append(args, strings.Fields(os.Getenv("FLEET_MANAGER_ARGS"))...)
 	// FLEET_MANAGER_ENV adds to the manager's environment (space-separated), e.g.
 	// GOMEMLIMIT=460MiB, what the shipped 512Mi limit sets.
+	// FLEET_MEMORY_LIMIT (a quantity: 150Mi) runs the manager in a memory cgroup with
+	// that limit, as a container's: its binary's pages then count, and are reclaimed
+	// under the limit (the manager sets GOMEMLIMIT from it, as in a pod).
+	var limit int64
+	if s := os.Getenv("FLEET_MEMORY_LIMIT"); s != "" {
+		q, err := resource.ParseQuantity(s)
+		if err != nil {
+			b.Fatalf("FLEET_MEMORY_LIMIT=%q: %v", s, err)
+		}
+		limit = q.Value()
+	}
 	proc, err := operatortest.StartProcess(ctx, mgmt, operatortest.ProcessOptions{Args: args,
-		Env: strings.Fields(os.Getenv("FLEET_MANAGER_ENV"))})
+		Env: strings.Fields(os.Getenv("FLEET_MANAGER_ENV")), MemoryLimit: limit})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -180,6 +192,12 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	var cg0 operatortest.MemoryCgroupStats
+	if limit > 0 {
+		if cg0, err = proc.MemoryCgroup(); err != nil {
+			b.Fatal(err)
+		}
+	}
 	t0 := time.Now()
 	var samples []memory
 	for time.Since(t0) < rest {
@@ -252,6 +270,19 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 		mib(m1["go_memstats_heap_inuse_bytes"]), mib(m1["go_memstats_stack_inuse_bytes"]), mib(m1["go_memstats_mspan_inuse_bytes"]+m1["go_memstats_mcache_inuse_bytes"]),
 		mib(m1["go_memstats_gc_sys_bytes"]), mib(m1["go_memstats_buck_hash_sys_bytes"]), mib(m1["go_memstats_other_sys_bytes"]),
 		mib(m1["go_memstats_heap_idle_bytes"]-m1["go_memstats_heap_released_bytes"]))
+	if limit > 0 {
+		cg, err := proc.MemoryCgroup()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if cg.OOMKills > 0 || proc.Runs() > 1 {
+			b.Errorf("the manager was killed at its %s limit (%d OOM kills, %d runs)", os.Getenv("FLEET_MEMORY_LIMIT"), cg.OOMKills, proc.Runs())
+		}
+		b.ReportMetric(mib(float64(cg.MaxUsage)), "MiB-cgroup-peak")
+		fmt.Fprintf(os.Stderr, "planes=%d: in a memory cgroup limited to %.0f MiB: usage %.1f MiB (peak over the whole run %.1f), anonymous %.1f, files %.1f (mapped %.1f); file pages read from disk at rest %.1f MiB/min; OOM kills %d\n", n,
+			mib(float64(limit)), mib(float64(cg.Usage)), mib(float64(cg.MaxUsage)), mib(float64(cg.Anon)), mib(float64(cg.File)), mib(float64(cg.MappedFile)),
+			mib(float64((cg.FileRefaults-cg0.FileRefaults)*int64(os.Getpagesize())))/minutes, cg.OOMKills)
+	}
 	fmt.Fprintf(os.Stderr, "planes=%d: drift repairs: %.0f over the whole run, %.0f at rest\n", n, drifts, restDrifts)
 	// What the collector costs at rest (GOGC trades it for memory).
 	if _, ok := m1["process_cpu_seconds_total"]; ok {
@@ -270,6 +301,7 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 		float64(mgmtReqs.total)/minutes, mgmtReqs.total, mgmtReqs.writes, mgmtReqs.breakdown(minutes, 1))
 	fmt.Fprintf(os.Stderr, "planes=%d: planes, operator's requests at rest: %.2f/min per plane (%d in all, of which %d writes)\n%s", n,
 		float64(planeReqs.total)/minutes/float64(n), planeReqs.total, planeReqs.writes, planeReqs.breakdown(minutes, n))
+	fmt.Fprintf(os.Stderr, "planes=%d: the management cluster's objects of the kinds the manager caches:\n%s", n, objectWeights(ctx, mgmt.Client))
 }
 
 // counterMoves lists, one per line, how much each labelled series of a counter moved

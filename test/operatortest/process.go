@@ -34,6 +34,7 @@ type Process struct {
 	Log string
 
 	args, env []string
+	cgroup    *memoryCgroup
 	probe     string
 	restart   bool
 	mu        sync.Mutex
@@ -55,6 +56,9 @@ type ProcessOptions struct {
 	Restart bool
 	// Env adds to the manager's environment (GOMEMLIMIT=..., say), after the test's own.
 	Env []string
+	// MemoryLimit, when set, runs the manager in a memory cgroup of its own limited to
+	// that many bytes, as a container's memory limit would (MemoryCgroup reads it).
+	MemoryLimit int64
 }
 
 var build struct {
@@ -131,6 +135,15 @@ func StartProcess(ctx context.Context, mgmt *testenv.Cluster, o ProcessOptions) 
 		args: append(append([]string{bin}, args...), o.Args...), env: append(append(os.Environ(), "KUBECONFIG="+kubeconfig), o.Env...),
 		restart: o.Restart, exited: make(chan struct{}),
 	}
+	if o.MemoryLimit > 0 {
+		if p.cgroup, err = newMemoryCgroup(o.MemoryLimit); err != nil {
+			return nil, fmt.Errorf("a memory limit for the manager: %w", err)
+		}
+		if err := evict(bin); err != nil {
+			return nil, err
+		}
+		p.args = p.cgroup.command(p.args)
+	}
 	log, err := os.Create(p.Log)
 	if err != nil {
 		return nil, err
@@ -167,6 +180,9 @@ func (p *Process) run(log *os.File) error {
 	go func() {
 		defer close(p.exited)
 		defer log.Close()
+		if p.cgroup != nil {
+			defer func() { _ = p.cgroup.remove() }()
+		}
 		for {
 			_ = cmd.Wait()
 			p.mu.Lock()
@@ -270,6 +286,14 @@ func (p *Process) status(field string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s in /proc status", field)
+}
+
+// MemoryCgroup reads the counters of the manager's memory cgroup (ProcessOptions.MemoryLimit).
+func (p *Process) MemoryCgroup() (MemoryCgroupStats, error) {
+	if p.cgroup == nil {
+		return MemoryCgroupStats{}, errors.New("the manager runs without a memory limit")
+	}
+	return p.cgroup.stats()
 }
 
 // Metrics scrapes the manager's /metrics and returns every unlabelled sample (the Go
