@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/computeplane/controllers/render"
 )
 
 // managementKinds are the kinds the manager's informers hold (controllers.CacheOptions,
@@ -20,7 +22,7 @@ var managementKinds = []schema.GroupVersionKind{
 	{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"},
 	{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineDeployment"},
 	{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineSet"},
-	{Group: "controlplane.cluster.x-k8s.io", Version: "v1alpha1", Kind: "KamajiControlPlane"},
+	schema.FromAPIVersionAndKind(render.KamajiAPIVersion, render.KamajiControlPlaneKind),
 	{Group: "kamaji.clastix.io", Version: "v1alpha1", Kind: "TenantControlPlane"},
 	{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha1", Kind: "KubevirtCluster"},
 	{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha1", Kind: "KubevirtMachineTemplate"},
