@@ -1,13 +1,18 @@
 package controllers
 
 import (
+	"context"
+	"fmt"
+
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -34,6 +39,9 @@ import (
 //     operator's labels, so all are cached) only the endpoint, the version, the admin
 //     kubeconfig Secret's name and the port: not Kamaji's certificate, kubeadm, storage
 //     and add-on status or the deployment spec. The operator never writes them;
+//   - of the KamajiControlPlanes, KubevirtClusters, KubevirtMachineTemplates and
+//     CiliumNetworkPolicies (the operator's, by the label) all but their status: the
+//     operator compares them with what it wants and never reads their status;
 //   - of the HelmReleases only the placement releases (whole: the placement controller
 //     patches them); the operator's add-on releases have a cache of their own (addons.go)
 //     and the management cluster's other releases are cached by neither.
@@ -46,6 +54,7 @@ func CacheOptions() cache.Options {
 		panic(err) // a constant label key
 	}
 	ours := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue})}
+	oursWithoutStatus := cache.ByObject{Label: ours.Label, Transform: withoutStatus}
 	byObject := map[client.Object]cache.ByObject{
 		&corev1.Service{}:                    {Label: labels.NewSelector().Add(*optedIn)},
 		&clusterv1.Cluster{}:                 ours,
@@ -53,20 +62,61 @@ func CacheOptions() cache.Options {
 		&clusterv1.MachineSet{}:              {Transform: machineSetRefs},
 		&kamajiv1alpha1.TenantControlPlane{}: {Transform: controlPlaneStatus},
 		&bootstrapv1.KubeadmConfigTemplate{}: ours,
-		&ciliumv2.CiliumNetworkPolicy{}:      ours,
+		&ciliumv2.CiliumNetworkPolicy{}:      oursWithoutStatus,
 		&helmv2.HelmRelease{}:                {Label: labels.SelectorFromSet(labels.Set{cpv1.PlacementLabel: cpv1.PlacementLabelValue})},
 	}
 	for _, gvk := range unstructuredKinds() {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(gvk)
-		byObject[u] = ours
-	}
-	for _, gvk := range append(unstructuredKinds(), bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplate")) {
-		m := &metav1.PartialObjectMetadata{}
-		m.SetGroupVersionKind(gvk)
-		byObject[m] = ours
+		byObject[u] = oursWithoutStatus
 	}
 	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}
+}
+
+// ownedList is an empty list of kind gvk (a ...List kind) in the form the manager's
+// cache already holds that kind: typed where the scheme knows it, else unstructured. A
+// metadata-only list would start a second informer of the kind, a second watch and a
+// second copy of every object's metadata, for reads that happen only when a plane's
+// node groups change or it goes.
+func ownedList(s *runtime.Scheme, gvk schema.GroupVersionKind) (client.ObjectList, error) {
+	if s.Recognizes(gvk) {
+		o, err := s.New(gvk)
+		if err != nil {
+			return nil, err
+		}
+		if l, ok := o.(client.ObjectList); ok {
+			return l, nil
+		}
+		return nil, fmt.Errorf("%s is not a list kind", gvk)
+	}
+	l := &unstructured.UnstructuredList{}
+	l.SetGroupVersionKind(gvk)
+	return l, nil
+}
+
+// listOwned lists the objects of kind gvk (a ...List kind) in ns that sel matches,
+// from the manager's cache (ownedList).
+func listOwned(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, ns string, sel client.MatchingLabels) ([]client.Object, error) {
+	list, err := ownedList(c.Scheme(), gvk)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.List(ctx, list, client.InNamespace(ns), sel); err != nil {
+		return nil, err
+	}
+	items, err := apimeta.ExtractList(list)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]client.Object, 0, len(items))
+	for _, o := range items {
+		obj, ok := o.(client.Object)
+		if !ok {
+			return nil, fmt.Errorf("%s holds a %T", gvk, o)
+		}
+		out = append(out, obj)
+	}
+	return out, nil
 }
 
 // unstructuredKinds are the kinds the operator creates without Go types for them.
@@ -76,6 +126,26 @@ func unstructuredKinds() []schema.GroupVersionKind {
 		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtClusterKind},
 		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtTemplateKind},
 	}
+}
+
+// withoutStatus keeps of an object the operator applies and only compares with what it
+// wants (the KamajiControlPlane, KubevirtCluster and KubevirtMachineTemplate,
+// unstructured; the Cilium policies) all but its managed fields and its status, which
+// it never reads: Kamaji's replica counts and conditions, each a map of maps in an
+// unstructured object, and what Cilium agents write into a policy's status (older ones,
+// an entry per node).
+func withoutStatus(obj any) (any, error) {
+	obj, err := cache.TransformStripManagedFields()(obj)
+	if err != nil {
+		return obj, err
+	}
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		delete(o.Object, "status")
+	case *ciliumv2.CiliumNetworkPolicy:
+		o.Status = ciliumv2.CiliumNetworkPolicyStatus{}
+	}
+	return obj, nil
 }
 
 // identity is what a trimmed cached object keeps of its metadata: who it is, its

@@ -18,6 +18,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 )
 
@@ -56,6 +57,25 @@ func TestCachesHoldOnlyTheOperatorsObjects(t *testing.T) {
 		if err := k8s.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// What the providers and Cilium report on the operator's objects, which it never reads.
+	ourKCP := kcp("ours", nil)
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(ourKCP), ourKCP); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedMap(ourKCP.Object, map[string]any{"ready": true, "version": "v1.33.4"}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Status().Update(ctx, ourKCP); err != nil {
+		t.Fatal(err)
+	}
+	ourPolicy := &ciliumv2.CiliumNetworkPolicy{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ours"}, ourPolicy); err != nil {
+		t.Fatal(err)
+	}
+	ourPolicy.Status.Conditions = []ciliumv2.NetworkPolicyCondition{{Type: ciliumv2.PolicyConditionValid, Status: "True"}}
+	if err := k8s.Status().Update(ctx, ourPolicy); err != nil {
+		t.Fatal(err)
 	}
 	tcp := newTCP(ns, "tcp")
 	tcp.Spec.NetworkProfile.Port = 7443
@@ -96,6 +116,45 @@ func TestCachesHoldOnlyTheOperatorsObjects(t *testing.T) {
 			return nil
 		})
 	}
+	// The teardown and the node group pruning list what they delete from the same
+	// scoped informers: never another user's object, whatever the selector they pass.
+	for _, gvk := range controllers.LeftoverKinds {
+		eventually(t, settle, func() error {
+			items, err := controllers.ListOwnedForTest(ctx, reconciler.Client, gvk, ns)
+			if err != nil {
+				return err
+			}
+			var got []string
+			for _, o := range items {
+				got = append(got, o.GetName())
+			}
+			if want := map[bool]string{true: "[ours]", false: "[]"}[gvk.Kind == "CiliumNetworkPolicyList" || gvk.Kind == render.KamajiControlPlaneKind+"List"]; fmt.Sprint(got) != want {
+				return fmt.Errorf("listing %s for the teardown gives %v, want %s", gvk.Kind, got, want)
+			}
+			return nil
+		})
+	}
+	eventually(t, settle, func() error {
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(ourKCP.GroupVersionKind())
+		if err := reconciler.Client.Get(ctx, client.ObjectKeyFromObject(ourKCP), got); err != nil {
+			return err
+		}
+		if v, _, _ := unstructured.NestedString(got.Object, "spec", "version"); v != "v1.33.4" {
+			return fmt.Errorf("the cached KamajiControlPlane lost its spec: %v", got.Object)
+		}
+		if _, ok := got.Object["status"]; ok || len(got.GetManagedFields()) > 0 {
+			return fmt.Errorf("the cached KamajiControlPlane keeps its status or managed fields: %v", got.Object)
+		}
+		policy := &ciliumv2.CiliumNetworkPolicy{}
+		if err := reconciler.Client.Get(ctx, client.ObjectKeyFromObject(ourPolicy), policy); err != nil {
+			return err
+		}
+		if len(policy.Status.Conditions) > 0 || len(policy.ManagedFields) > 0 {
+			return fmt.Errorf("the cached CiliumNetworkPolicy keeps its status or managed fields: %+v", policy.Status)
+		}
+		return nil
+	})
 	eventually(t, settle, func() error {
 		ms := &clusterv1.MachineSet{}
 		if err := reconciler.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "set"}, ms); err != nil {

@@ -210,6 +210,18 @@ func (r *ComputePlaneReconciler) deleteCluster(ctx context.Context, s *scope) (b
 	return false, fmt.Sprintf("waiting for Cluster API to delete Cluster %s/%s", ns, cluster.Name), nil
 }
 
+// leftoverKinds are the kinds (as lists) of what the operator applies in a plane's
+// infrastructure namespace that Cluster API does not delete with the Cluster.
+var leftoverKinds = []schema.GroupVersionKind{
+	clusterv1.GroupVersion.WithKind("MachineDeploymentList"),
+	{Group: render.ControlPlaneGroup, Version: "v1alpha2", Kind: render.KamajiControlPlaneKind + "List"},
+	{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtClusterKind + "List"},
+	{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtTemplateKind + "List"},
+	bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplateList"),
+	// The egress baseline goes only now, once the VMs it confines are gone.
+	{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicyList"},
+}
+
 // deleteLeftovers removes what the operator applied and Cluster API did not delete (it
 // deletes only what it owns; templates are never owned).
 func (r *ComputePlaneReconciler) deleteLeftovers(ctx context.Context, s *scope) (bool, string, error) {
@@ -218,24 +230,15 @@ func (r *ComputePlaneReconciler) deleteLeftovers(ctx context.Context, s *scope) 
 		return true, "", nil
 	}
 	remaining := 0
-	for _, gvk := range []schema.GroupVersionKind{
-		clusterv1.GroupVersion.WithKind("MachineDeploymentList"),
-		{Group: render.ControlPlaneGroup, Version: "v1alpha2", Kind: render.KamajiControlPlaneKind + "List"},
-		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtClusterKind + "List"},
-		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtTemplateKind + "List"},
-		bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplateList"),
-		// The egress baseline goes only now, once the VMs it confines are gone.
-		{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicyList"},
-	} {
-		list := &metav1.PartialObjectMetadataList{}
-		list.SetGroupVersionKind(gvk)
-		if err := r.List(ctx, list, client.InNamespace(ns), s.planeSelector()); err != nil {
+	for _, gvk := range leftoverKinds {
+		items, err := listOwned(ctx, r.Client, gvk, ns, s.planeSelector())
+		if err != nil {
 			return false, "", err
 		}
-		for i := range list.Items {
+		for _, o := range items {
 			remaining++
-			if list.Items[i].DeletionTimestamp.IsZero() {
-				if err := client.IgnoreNotFound(r.Delete(ctx, &list.Items[i])); err != nil {
+			if o.GetDeletionTimestamp().IsZero() {
+				if err := client.IgnoreNotFound(r.Delete(ctx, o)); err != nil {
 					return false, "", err
 				}
 			}

@@ -317,13 +317,12 @@ func (r *ComputePlaneReconciler) pruneNodeGroups(ctx context.Context, s *scope, 
 		{schema.GroupVersionKind{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtTemplateKind + "List"}, wantInfra},
 		{bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplateList"), wantBoot},
 	} {
-		list := &metav1.PartialObjectMetadataList{}
-		list.SetGroupVersionKind(kind.list)
-		if err := r.List(ctx, list, client.InNamespace(ns), planeSel); err != nil {
+		items, err := listOwned(ctx, r.Client, kind.list, ns, planeSel)
+		if err != nil {
 			return err
 		}
-		for i := range list.Items {
-			if t := &list.Items[i]; !kind.keep.Has(t.Name) && t.DeletionTimestamp.IsZero() {
+		for _, t := range items {
+			if !kind.keep.Has(t.GetName()) && t.GetDeletionTimestamp().IsZero() {
 				if err := client.IgnoreNotFound(r.Delete(ctx, t)); err != nil {
 					return err
 				}

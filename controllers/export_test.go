@@ -4,6 +4,8 @@ import (
 	"context"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
@@ -21,4 +23,13 @@ func PatchStatusForTest(ctx context.Context, r *ComputePlaneReconciler, p *cpv1.
 // go, on releases as a list returned them.
 func ReleasePlacementFinalizersForTest(ctx context.Context, r *ComputePlaneReconciler, releases []helmv2.HelmRelease) ([]string, error) {
 	return r.releasePlacementFinalizers(ctx, releases)
+}
+
+// LeftoverKinds are the kinds a plane's teardown lists and deletes in its namespace.
+var LeftoverKinds = leftoverKinds
+
+// ListOwnedForTest lists every object of kind gvk in ns as the teardown and the node
+// group pruning read them.
+func ListOwnedForTest(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, ns string) ([]client.Object, error) {
+	return listOwned(ctx, c, gvk, ns, nil)
 }

@@ -546,6 +546,14 @@ func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*
 	if err != nil {
 		return nil, err
 	}
+	// The transports hold the credential, parsed; the configurations kept to build
+	// clients on them need none of it (every client is built with one of the HTTP
+	// clients above), so they keep no copy of the key and certificates: about 4 KB a
+	// plane, and one place fewer for the key to sit in memory. A client built from them
+	// without those HTTP clients would not verify the plane's server, and so fail.
+	for _, c := range []*rest.Config{watchCfg, cfg, canaryCfg} {
+		c.TLSClientConfig = rest.TLSClientConfig{}
+	}
 	e := &entry{key: key, hash: cred.Hash, config: watchCfg, watchHTTP: watchHTTP,
 		clientConfig: cfg, canaryConfig: canaryCfg, clientHTTP: httpClient, canaryHTTP: canaryHTTP,
 		mapper: newPlaneMapper(disco), probeClient: probe, identity: cred.Identity, disco: disco}

@@ -66,6 +66,24 @@ func TestClusterCache(t *testing.T) {
 	if p.Identity != "kubernetes-super-admin" || p.Version == "" {
 		t.Errorf("identity %q version %q", p.Identity, p.Version)
 	}
+	// The credential lives in the transports only; clients built later still use it.
+	if n := remote.KeptCredentialBytes(p); n != 0 {
+		t.Errorf("the connection keeps %d bytes of the credential's key and certificates beside its transports", n)
+	}
+	later, err := cache.Get(ctx, key, cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := later.Client.Get(ctx, types.NamespacedName{Name: "kube-system"}, &corev1.Namespace{}); err != nil {
+		t.Errorf("a client built after the connection reads nothing: %v", err)
+	}
+	canary, err := later.Canary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := canary.Get(ctx, types.NamespacedName{Name: "kube-system"}, &corev1.Namespace{}); err != nil {
+		t.Errorf("a canary built after the connection reads nothing: %v", err)
+	}
 	again, err := cache.Get(ctx, key, cred)
 	if err != nil || !remote.SameConnection(again, p) {
 		t.Errorf("the same credential built a new connection (err=%v)", err)

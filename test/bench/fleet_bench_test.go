@@ -92,12 +92,17 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	b.Cleanup(stopProvider)
 	// Production flags: the defaults of cmd/manager (4 workers, 30 s requeue, 10 s plane
 	// timeout and probe interval, 30 s grace, 1 h applier tokens), with leader election.
-	// The profiling endpoints, on loopback, for a heap profile at the end.
-	pprofAddr, err := testenv.FreeAddr()
-	if err != nil {
-		b.Fatal(err)
+	// With FLEET_PROFILE_DIR, the profiling endpoints, on loopback, for a heap profile at
+	// the end; without, none, as in production (the manager then keeps no allocation
+	// profile, which is part of its memory).
+	var args []string
+	var pprofAddr string
+	if os.Getenv("FLEET_PROFILE_DIR") != "" {
+		if pprofAddr, err = testenv.FreeAddr(); err != nil {
+			b.Fatal(err)
+		}
+		args = append(args, "--pprof-bind-address="+pprofAddr)
 	}
-	args := []string{"--pprof-bind-address=" + pprofAddr}
 	// FLEET_MANAGER_ARGS adds flags (space-separated), e.g. --leader-elect=false when the
 	// machine is so loaded that the lease cannot be renewed within its 5 s timeout.
 	args = append(args, strings.Fields(os.Getenv("FLEET_MANAGER_ARGS"))...)
@@ -209,7 +214,9 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if profile, err := saveHeapProfile(pprofAddr, n); err != nil {
+	if pprofAddr == "" {
+		b.Logf("no heap profile (FLEET_PROFILE_DIR unset)")
+	} else if profile, err := saveHeapProfile(pprofAddr, n); err != nil {
 		b.Logf("no heap profile: %v", err)
 	} else {
 		b.Logf("heap profile at rest: %s (go tool pprof -top -sample_index=inuse_space %s)", profile, profile)
@@ -317,8 +324,8 @@ func counterMoves(m0, m1 map[string]float64, name string) string {
 	return strings.Join(out, "")
 }
 
-// saveHeapProfile saves the manager's heap profile (FLEET_PROFILE_DIR, or the temporary
-// directory) and returns its path; its goroutine profile goes beside it
+// saveHeapProfile saves the manager's heap profile in FLEET_PROFILE_DIR and returns its
+// path; its goroutine profile goes beside it
 // (fleet-goroutine-N.pb.gz).
 func saveHeapProfile(addr string, n int) (string, error) {
 	if _, err := saveProfile(addr, "goroutine", n); err != nil {
@@ -336,11 +343,7 @@ func saveProfile(addr, profile string, n int) (string, error) {
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("GET /debug/pprof/%s: %s", profile, resp.Status)
 	}
-	dir := os.Getenv("FLEET_PROFILE_DIR")
-	if dir == "" {
-		dir = os.TempDir()
-	}
-	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("fleet-%s-%d.pb.gz", profile, n)))
+	f, err := os.Create(filepath.Join(os.Getenv("FLEET_PROFILE_DIR"), fmt.Sprintf("fleet-%s-%d.pb.gz", profile, n)))
 	if err != nil {
 		return "", err
 	}
