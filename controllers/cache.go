@@ -75,9 +75,8 @@ func CacheOptions() cache.Options {
 
 // ownedList is an empty list of kind gvk (a ...List kind) in the form the manager's
 // cache already holds that kind: typed where the scheme knows it, else unstructured. A
-// metadata-only list would start a second informer of the kind, a second watch and a
-// second copy of every object's metadata, for reads that happen only when a plane's
-// node groups change or it goes.
+// metadata-only list would start a second informer of the kind: a second watch and a
+// second copy of every object's metadata, for reads the first serves as well.
 func ownedList(s *runtime.Scheme, gvk schema.GroupVersionKind) (client.ObjectList, error) {
 	if s.Recognizes(gvk) {
 		o, err := s.New(gvk)
