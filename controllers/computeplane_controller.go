@@ -81,6 +81,9 @@ type ComputePlaneReconciler struct {
 	// writes keeps a reconcile from working on a cached plane older than its own last
 	// status write.
 	writes ownWrites
+	// compared remembers which versions of the management objects were found as the
+	// operator wants them (never a plane's: a different cluster's versions).
+	compared remote.Comparisons
 	// Shard is the set of planes this manager reconciles; the others' managers see to
 	// theirs.
 	Shard Shard

@@ -14,7 +14,6 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/netpol"
-	"github.com/cozystack/computeplane/remote"
 )
 
 // +kubebuilder:rbac:groups=cilium.io,resources=ciliumnetworkpolicies,verbs=get;list;watch;create;patch;delete
@@ -50,7 +49,7 @@ func (r *ComputePlaneReconciler) reconcileEgress(ctx context.Context, s *scope) 
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 		for _, want := range changed {
-			if _, err := remote.Apply(ctx, r.Client, want, FieldOwner, "spec"); err != nil {
+			if _, err := r.compared.Apply(ctx, r.Client, want, FieldOwner, "spec"); err != nil {
 				return ctrl.Result{}, err
 			}
 		}
@@ -80,7 +79,7 @@ func (r *ComputePlaneReconciler) reconcileEgress(ctx context.Context, s *scope) 
 func (r *ComputePlaneReconciler) unverifiedPolicies(ctx context.Context, c client.Reader, wants []*ciliumv2.CiliumNetworkPolicy) ([]*ciliumv2.CiliumNetworkPolicy, error) {
 	var out []*ciliumv2.CiliumNetworkPolicy
 	for _, want := range wants {
-		ok, err := remote.Verify(ctx, c, want, "spec")
+		ok, err := r.compared.Verify(ctx, c, want, "spec")
 		if err != nil {
 			return nil, err
 		}

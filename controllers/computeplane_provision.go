@@ -94,7 +94,7 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 				return ctrl.Result{}, err
 			}
 		}
-		res, err := remote.Apply(ctx, applier, obj, FieldOwner)
+		res, err := r.compared.Apply(ctx, applier, obj, FieldOwner)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -156,7 +156,7 @@ func (r *ComputePlaneReconciler) ensureInfraNamespace(ctx context.Context, s *sc
 			want.Name, cpv1.PlaneUIDLabel, live.Labels[cpv1.PlaneUIDLabel]), nil
 	}
 	// Ours: keep its labels as rendered (Pod Security for the VMs, the plane's links).
-	_, err = remote.Apply(ctx, r.Client, want, FieldOwner)
+	_, err = r.compared.Apply(ctx, r.Client, want, FieldOwner)
 	return "", err
 }
 
@@ -172,7 +172,7 @@ func (r *ComputePlaneReconciler) ensureDefaultDeny(ctx context.Context, s *scope
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
-	_, err = remote.Apply(ctx, r.Client, want, FieldOwner, "spec")
+	_, err = r.compared.Apply(ctx, r.Client, want, FieldOwner, "spec")
 	return err
 }
 

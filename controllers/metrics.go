@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
@@ -75,7 +74,7 @@ func MetricsServerOptions(addr string, secure bool) metricsserver.Options {
 	return metricsserver.Options{
 		BindAddress:    addr,
 		SecureServing:  true,
-		FilterProvider: filters.WithAuthenticationAndAuthorization,
+		FilterProvider: metricsAuthFilter,
 	}
 }
 

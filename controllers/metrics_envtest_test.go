@@ -134,6 +134,9 @@ func TestMetricsMoveWithThePlane(t *testing.T) {
 		}
 		return nil
 	})
+	if code, _, err := (&scraper{token: "forged", http: anonymous.http}).get(ctx); err != nil || code != http.StatusUnauthorized {
+		t.Fatalf("a scrape with a token the API server does not know got %d (%v), want 401", code, err)
+	}
 	if code, _, err := newScraper(t, ctx, false).get(ctx); err != nil || code != http.StatusForbidden {
 		t.Fatalf("a scrape by an identity without computeplane-metrics-reader got %d (%v), want 403", code, err)
 	}

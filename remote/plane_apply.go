@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -54,6 +55,15 @@ func (r ApplyResult) Wrote() bool { return r != Unchanged }
 // reconcile with nothing to change makes no request at all; it serves both the
 // management cluster and a plane's own API.
 func Apply(ctx context.Context, c client.Client, obj client.Object, fieldOwner string, exact ...string) (ApplyResult, error) {
+	return (*Comparisons)(nil).Apply(ctx, c, obj, fieldOwner, exact...)
+}
+
+// Apply is Apply, remembering what it found to match.
+func (m *Comparisons) Apply(ctx context.Context, c client.Client, obj client.Object, fieldOwner string, exact ...string) (ApplyResult, error) {
+	live, matched, err := m.compare(ctx, c, obj, exact)
+	if err != nil || matched {
+		return Unchanged, err
+	}
 	u, err := toApplyObject(obj)
 	if err != nil {
 		return Unchanged, err
@@ -61,23 +71,6 @@ func Apply(ctx context.Context, c client.Client, obj client.Object, fieldOwner s
 	hash, err := contentHash(u.Object)
 	if err != nil {
 		return Unchanged, err
-	}
-	live, err := getLive(ctx, c, u)
-	if err != nil {
-		return Unchanged, err
-	}
-	if live != nil && live.GetDeletionTimestamp() == nil {
-		liveMap, err := normalized(live)
-		if err != nil {
-			return Unchanged, err
-		}
-		wantMap, err := normalized(u.Object)
-		if err != nil {
-			return Unchanged, err
-		}
-		if Matches(liveMap, wantMap, exact...) {
-			return Unchanged, nil
-		}
 	}
 
 	annotations := u.GetAnnotations()
@@ -102,30 +95,19 @@ func Apply(ctx context.Context, c client.Client, obj client.Object, fieldOwner s
 // Verify reports whether the live object holds what Apply would write (as Matches and
 // exact say), reading through c. A missing or deleting object does not.
 func Verify(ctx context.Context, c client.Reader, obj client.Object, exact ...string) (bool, error) {
-	u, err := toApplyObject(obj)
-	if err != nil {
-		return false, err
-	}
-	live, err := getLive(ctx, c, u)
-	if err != nil || live == nil || live.GetDeletionTimestamp() != nil {
-		return false, err
-	}
-	liveMap, err := normalized(live)
-	if err != nil {
-		return false, err
-	}
-	wantMap, err := normalized(u.Object)
-	if err != nil {
-		return false, err
-	}
-	return Matches(liveMap, wantMap, exact...), nil
+	return (*Comparisons)(nil).Verify(ctx, c, obj, exact...)
+}
+
+// Verify is Verify, remembering what it found to match.
+func (m *Comparisons) Verify(ctx context.Context, c client.Reader, obj client.Object, exact ...string) (bool, error) {
+	_, matched, err := m.compare(ctx, c, obj, exact)
+	return matched, err
 }
 
 // getLive reads the live object into its typed form when the client's scheme knows the
 // kind (so a cached client reuses the informer it already has), else unstructured.
 // A missing object is nil.
-func getLive(ctx context.Context, c client.Reader, u *unstructured.Unstructured) (client.Object, error) {
-	gvk := u.GroupVersionKind()
+func getLive(ctx context.Context, c client.Reader, gvk schema.GroupVersionKind, key client.ObjectKey) (client.Object, error) {
 	var live client.Object
 	if s, ok := c.(interface{ Scheme() *runtime.Scheme }); ok && s.Scheme().Recognizes(gvk) {
 		o, err := s.Scheme().New(gvk)
@@ -138,7 +120,7 @@ func getLive(ctx context.Context, c client.Reader, u *unstructured.Unstructured)
 		lu.SetGroupVersionKind(gvk)
 		live = lu
 	}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(u), live); err != nil {
+	if err := c.Get(ctx, key, live); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}

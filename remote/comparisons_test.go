@@ -1,0 +1,96 @@
+package remote_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/computeplane/remote"
+	"github.com/cozystack/computeplane/test/testenv"
+)
+
+// TestComparisonsRememberOnlyWhatTheyCompared: on a real API server, a remembered
+// match is reused only for the same object (uid), the same version of it
+// (resourceVersion), the same want and the same exact fields. Someone changing the
+// object (keeping the operator's annotation, as `kubectl edit` does), deleting and
+// recreating it, the operator wanting something else, or a stricter comparison, each
+// compares in full and sees the difference.
+func TestComparisonsRememberOnlyWhatTheyCompared(t *testing.T) {
+	scheme := testScheme(t)
+	cluster, err := testenv.StartTenant(scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Stop() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(data map[string]string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "posture"}, Data: data}
+	}
+	m := &remote.Comparisons{}
+	if res, err := m.Apply(ctx, c, want(map[string]string{"a": "1"}), "test"); err != nil || res != remote.Created {
+		t.Fatalf("apply: %v, %v", res, err)
+	}
+	step := func(name string, got func() (bool, error), wantMatch bool, wantFull int) {
+		t.Helper()
+		before := remote.FullComparisons(m)
+		ok, err := got()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if ok != wantMatch || remote.FullComparisons(m)-before != wantFull {
+			t.Errorf("%s: matched %v after %d full comparisons; want %v after %d", name, ok, remote.FullComparisons(m)-before, wantMatch, wantFull)
+		}
+	}
+	verify := func(data map[string]string, exact ...string) func() (bool, error) {
+		return func() (bool, error) { return m.Verify(ctx, c, want(data), exact...) }
+	}
+	edit := func(mut func(*corev1.ConfigMap)) {
+		t.Helper()
+		live := &corev1.ConfigMap{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "posture"}, live); err != nil {
+			t.Fatal(err)
+		}
+		mut(live)
+		if err := c.Update(ctx, live); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a1 := map[string]string{"a": "1"}
+	step("first look", verify(a1), true, 1)
+	step("same version, same want", verify(a1), true, 0)
+
+	edit(func(cm *corev1.ConfigMap) { cm.Data["a"] = "2" })
+	step("changed by someone", verify(a1), false, 1)
+	if res, err := m.Apply(ctx, c, want(a1), "test"); err != nil || res != remote.Restored {
+		t.Fatalf("repair: %v, %v", res, err)
+	}
+	step("restored", verify(a1), true, 1)
+	step("the operator wants something else", verify(map[string]string{"a": "3"}), false, 1)
+
+	edit(func(cm *corev1.ConfigMap) { cm.Data["b"] = "added" })
+	step("a key added", verify(a1), true, 1)
+	step("a key added, compared exactly", verify(a1, "data"), false, 1)
+
+	live := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "posture"}, live); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	step("deleted", verify(a1), false, 0)
+	if err := c.Create(ctx, want(map[string]string{"a": "2"})); err != nil {
+		t.Fatal(err)
+	}
+	step("recreated by someone else, different", verify(a1), false, 1)
+}
