@@ -11,9 +11,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// maxComparisons bounds what a Comparisons remembers (about 60 bytes an object): past
-// it, it forgets everything and compares afresh.
-const maxComparisons = 1 << 17
+// maxComparisons bounds what a Comparisons remembers (about 48 bytes an object, and
+// the objects of deleted planes are only forgotten this way): past it, it forgets
+// everything and compares afresh. 65,536 objects are about 6,000 planes' worth.
+const maxComparisons = 1 << 16
 
 // Comparisons remembers, for the objects of one cluster, which version of each was last
 // found to hold what the operator wants, so a steady reconcile does not compare it
