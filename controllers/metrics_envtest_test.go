@@ -172,12 +172,19 @@ func TestMetricsMoveWithThePlane(t *testing.T) {
 		}
 	}
 	readyTrue := map[string]string{"type": cpv1.ReadyCondition, "status": "True", "reason": cpv1.SucceededReason}
-	if value(ready, "computeplane_planes", readyTrue) < 1 {
-		t.Errorf("computeplane_planes%v counts no Ready plane", readyTrue)
-	}
-	if value(ready, "computeplane_plane_connection_up", planeLabels) != 1 {
-		t.Errorf("computeplane_plane_connection_up%v is not 1 for a Ready plane", planeLabels)
-	}
+	// The gauges are read at scrape time from the manager's cache, which may trail the
+	// Ready plane readyPlane read from the API server by a moment.
+	eventually(t, 10*time.Second, func() error {
+		if value(ready, "computeplane_planes", readyTrue) < 1 {
+			ready = scrape()
+			return fmt.Errorf("computeplane_planes%v counts no Ready plane", readyTrue)
+		}
+		if value(ready, "computeplane_plane_connection_up", planeLabels) != 1 {
+			ready = scrape()
+			return fmt.Errorf("computeplane_plane_connection_up%v is not 1 for a Ready plane", planeLabels)
+		}
+		return nil
+	})
 
 	// Drift: a plane admin (or an attacker with its rights) deletes one of the plane's
 	// admission policies; the operator restores it.
