@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,6 +124,12 @@ func (op *Operator) Stop() error {
 		}
 		op.cancel()
 		err = <-op.done
+		if errors.Is(err, context.DeadlineExceeded) {
+			// A runnable outlived the grace period: say which, or the next run cannot tell.
+			var stacks strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+			err = fmt.Errorf("%w; the process's goroutines, by stack:\n%s", err, stacks.String())
+		}
 	})
 	return err
 }

@@ -34,14 +34,16 @@ type Process struct {
 	Log string
 
 	args, env []string
-	cgroup    *memoryCgroup
-	probe     string
-	restart   bool
-	mu        sync.Mutex
-	cmd       *exec.Cmd
-	stopping  bool
-	runs      int
-	exited    chan struct{}
+	// dir holds the kubeconfig and the log; Stop removes it.
+	dir      string
+	cgroup   *memoryCgroup
+	probe    string
+	restart  bool
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	stopping bool
+	runs     int
+	exited   chan struct{}
 }
 
 // ProcessOptions shape a manager process.
@@ -67,7 +69,9 @@ var build struct {
 	err  error
 }
 
-// ManagerBinary builds cmd/manager once per test binary and returns its path.
+// ManagerBinary builds cmd/manager once per test binary and returns its path: one
+// file in the user's cache directory, replaced by each build (a rename, so a manager
+// another test binary is running keeps its own copy), never one more per run.
 func ManagerBinary() (string, error) {
 	build.once.Do(func() {
 		root, err := testenv.RepoRoot()
@@ -75,17 +79,26 @@ func ManagerBinary() (string, error) {
 			build.err = err
 			return
 		}
-		dir, err := os.MkdirTemp("", "computeplane-manager-")
+		cache, err := os.UserCacheDir()
 		if err != nil {
 			build.err = err
 			return
 		}
-		build.bin = filepath.Join(dir, "manager")
-		cmd := exec.Command("go", "build", "-o", build.bin, "./cmd/manager")
+		dir := filepath.Join(cache, "computeplane", "bin")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			build.err = err
+			return
+		}
+		tmp := filepath.Join(dir, fmt.Sprintf(".manager-%d", os.Getpid()))
+		cmd := exec.Command("go", "build", "-o", tmp, "./cmd/manager")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
+			_ = os.Remove(tmp)
 			build.err = fmt.Errorf("building cmd/manager: %v\n%s", err, out)
+			return
 		}
+		build.bin = filepath.Join(dir, "manager")
+		build.err = os.Rename(tmp, build.bin)
 	})
 	return build.bin, build.err
 }
@@ -106,6 +119,12 @@ func StartProcess(ctx context.Context, mgmt *testenv.Cluster, o ProcessOptions) 
 	if err != nil {
 		return nil, err
 	}
+	started := false
+	defer func() {
+		if !started {
+			_ = os.RemoveAll(dir)
+		}
+	}()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := writeKubeconfig(mgmt, kubeconfig); err != nil {
 		return nil, err
@@ -131,7 +150,7 @@ func StartProcess(ctx context.Context, mgmt *testenv.Cluster, o ProcessOptions) 
 		args = append(args, "--enable-webhooks=false")
 	}
 	p := &Process{
-		MetricsAddr: metricsAddr, Log: filepath.Join(dir, "manager.log"), probe: probeAddr,
+		MetricsAddr: metricsAddr, Log: filepath.Join(dir, "manager.log"), probe: probeAddr, dir: dir,
 		args: append(append([]string{bin}, args...), o.Args...), env: append(append(os.Environ(), "KUBECONFIG="+kubeconfig), o.Env...),
 		restart: o.Restart, exited: make(chan struct{}),
 	}
@@ -152,6 +171,7 @@ func StartProcess(ctx context.Context, mgmt *testenv.Cluster, o ProcessOptions) 
 		_ = log.Close()
 		return nil, err
 	}
+	started = true
 	if err := p.WaitReady(ctx); err != nil {
 		p.Stop()
 		return nil, err
@@ -244,7 +264,8 @@ func (p *Process) Kill() {
 }
 
 // Stop stops the manager as the kubelet does when a pod is deleted (SIGTERM; SIGKILL
-// after 30 s), and does not start it again.
+// after 30 s), does not start it again, and removes its kubeconfig and log (Tail
+// reads nothing after).
 func (p *Process) Stop() {
 	p.mu.Lock()
 	p.stopping = true
@@ -257,6 +278,7 @@ func (p *Process) Stop() {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		<-p.exited
 	}
+	_ = os.RemoveAll(p.dir)
 }
 
 // RSS is the manager's resident set size in bytes, from /proc.

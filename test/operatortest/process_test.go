@@ -29,6 +29,7 @@ func TestProcessIsTheShippedManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(p.Stop)
 	rss, err := p.RSS()
 	if err != nil || rss < 1<<20 {
 		t.Fatalf("RSS = %d, %v", rss, err)

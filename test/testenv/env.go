@@ -39,6 +39,8 @@ type Cluster struct {
 	etcdDir string
 	// certDir holds the apiserver's keys, when not under etcdDir.
 	certDir string
+	// auditDir holds the management apiserver's audit policy and log.
+	auditDir string
 	// mu orders a test's etcd faults against a provider stopping the whole cluster from
 	// its own goroutine (a plane torn down while its etcd is being restarted).
 	mu      sync.Mutex
@@ -57,7 +59,7 @@ func (c *Cluster) Stop() error {
 	}
 	c.stopped = true
 	err := c.Env.Stop()
-	for _, dir := range []string{c.etcdDir, c.certDir} {
+	for _, dir := range []string{c.etcdDir, c.certDir, c.auditDir} {
 		if dir != "" {
 			_ = os.RemoveAll(dir)
 		}
@@ -161,14 +163,16 @@ func StartManagement(o ManagementOptions) (*Cluster, error) {
 	// As hardened distributions run it: setting blockOwnerDeletion (the operator's
 	// controller references) needs the right to update the owner's finalizers.
 	env.ControlPlane.GetAPIServer().Configure().Set("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
-	var auditLog string
+	var auditLog, auditDir string
 	if o.Audit {
 		dir, err := os.MkdirTemp("", "computeplane-audit-")
 		if err != nil {
 			return nil, err
 		}
+		auditDir = dir
 		flags, log, err := writeAuditPolicy(dir, auditPolicy)
 		if err != nil {
+			_ = os.RemoveAll(dir)
 			return nil, err
 		}
 		for k, v := range flags {
@@ -185,9 +189,12 @@ func StartManagement(o ManagementOptions) (*Cluster, error) {
 	}
 	c, err := start(env, o.Scheme)
 	if err != nil {
+		if auditDir != "" {
+			_ = os.RemoveAll(auditDir)
+		}
 		return nil, err
 	}
-	c.AuditLog, c.certDir = auditLog, certDir
+	c.AuditLog, c.certDir, c.auditDir = auditLog, certDir, auditDir
 	if err := installShipped(c.Client, root); err != nil {
 		_ = c.Stop()
 		return nil, err
