@@ -39,9 +39,13 @@ import (
 //     operator's labels, so all are cached) only the endpoint, the version, the admin
 //     kubeconfig Secret's name and the port: not Kamaji's certificate, kubeadm, storage
 //     and add-on status or the deployment spec. The operator never writes them;
-//   - of the KamajiControlPlanes, KubevirtClusters, KubevirtMachineTemplates and
-//     CiliumNetworkPolicies (the operator's, by the label) all but their status: the
-//     operator compares them with what it wants and never reads their status;
+//   - of the KamajiControlPlanes, KubevirtClusters, KubevirtMachineTemplates,
+//     KubeadmConfigTemplates and CiliumNetworkPolicies (the operator's, by the label)
+//     their identity only (contentless): the operator only compares them with what it
+//     wants, lists them by label and deletes them by name. A comparison remembers the
+//     (uid, resourceVersion) it last found to match; a version it does not remember it
+//     reads in full from the API server (remote.Comparisons.Fresh), so a plane at rest
+//     costs no read, and the cache no copy of their specs;
 //   - of the HelmReleases only the placement releases (whole: the placement controller
 //     patches them); the operator's add-on releases have a cache of their own (addons.go)
 //     and the management cluster's other releases are cached by neither.
@@ -54,21 +58,21 @@ func CacheOptions() cache.Options {
 		panic(err) // a constant label key
 	}
 	ours := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue})}
-	oursWithoutStatus := cache.ByObject{Label: ours.Label, Transform: withoutStatus}
+	oursContentless := cache.ByObject{Label: ours.Label, Transform: contentless}
 	byObject := map[client.Object]cache.ByObject{
 		&corev1.Service{}:                    {Label: labels.NewSelector().Add(*optedIn)},
 		&clusterv1.Cluster{}:                 ours,
 		&clusterv1.MachineDeployment{}:       ours,
 		&clusterv1.MachineSet{}:              {Transform: machineSetRefs},
 		&kamajiv1alpha1.TenantControlPlane{}: {Transform: controlPlaneStatus},
-		&bootstrapv1.KubeadmConfigTemplate{}: ours,
-		&ciliumv2.CiliumNetworkPolicy{}:      oursWithoutStatus,
+		&bootstrapv1.KubeadmConfigTemplate{}: oursContentless,
+		&ciliumv2.CiliumNetworkPolicy{}:      oursContentless,
 		&helmv2.HelmRelease{}:                {Label: labels.SelectorFromSet(labels.Set{cpv1.PlacementLabel: cpv1.PlacementLabelValue})},
 	}
 	for _, gvk := range unstructuredKinds() {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(gvk)
-		byObject[u] = oursWithoutStatus
+		byObject[u] = oursContentless
 	}
 	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}
 }
@@ -127,22 +131,45 @@ func unstructuredKinds() []schema.GroupVersionKind {
 	}
 }
 
-// withoutStatus keeps of an object the operator applies and only compares with what it
-// wants (the KamajiControlPlane, KubevirtCluster and KubevirtMachineTemplate,
-// unstructured; the Cilium policies) all but its managed fields and its status, which
-// it never reads: Kamaji's replica counts and conditions, each a map of maps in an
-// unstructured object, and what Cilium agents write into a policy's status (older ones,
-// an entry per node).
-func withoutStatus(obj any) (any, error) {
-	obj, err := cache.TransformStripManagedFields()(obj)
-	if err != nil {
-		return obj, err
+// ContentlessKinds are the kinds the manager's cache holds without their content
+// (contentless): the comparisons of them read a version they do not remember from the
+// API server (remote.Comparisons.Fresh).
+func ContentlessKinds() map[schema.GroupVersionKind]bool {
+	kinds := map[schema.GroupVersionKind]bool{
+		bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplate"):  true,
+		ciliumv2.SchemeGroupVersion.WithKind("CiliumNetworkPolicy"): true,
 	}
+	for _, gvk := range unstructuredKinds() {
+		kinds[gvk] = true
+	}
+	return kinds
+}
+
+// contentless keeps of an object the operator applies and only compares with what it
+// wants (the KamajiControlPlane, KubevirtCluster and KubevirtMachineTemplate,
+// unstructured; the KubeadmConfigTemplates and Cilium policies) its identity: who it is,
+// its version, its labels, whether it is going. Its spec is read from the API server
+// when a comparison meets a version it does not remember; its status (Kamaji's replica
+// counts and conditions, what Cilium agents write into a policy) is never read. The
+// specs were about a tenth of the manager's live heap (docs/benchmarks.md, session 25).
+func contentless(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *unstructured.Unstructured:
-		delete(o.Object, "status")
+		out := &unstructured.Unstructured{}
+		out.SetAPIVersion(o.GetAPIVersion())
+		out.SetKind(o.GetKind())
+		out.SetNamespace(o.GetNamespace())
+		out.SetName(o.GetName())
+		out.SetUID(o.GetUID())
+		out.SetResourceVersion(o.GetResourceVersion())
+		out.SetGeneration(o.GetGeneration())
+		out.SetLabels(o.GetLabels())
+		out.SetDeletionTimestamp(o.GetDeletionTimestamp())
+		return out, nil
 	case *ciliumv2.CiliumNetworkPolicy:
-		o.Status = ciliumv2.CiliumNetworkPolicyStatus{}
+		return &ciliumv2.CiliumNetworkPolicy{TypeMeta: o.TypeMeta, ObjectMeta: identity(o.ObjectMeta)}, nil
+	case *bootstrapv1.KubeadmConfigTemplate:
+		return &bootstrapv1.KubeadmConfigTemplate{TypeMeta: o.TypeMeta, ObjectMeta: identity(o.ObjectMeta)}, nil
 	}
 	return obj, nil
 }

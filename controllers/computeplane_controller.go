@@ -83,7 +83,10 @@ type ComputePlaneReconciler struct {
 	writes ownWrites
 	// compared remembers which versions of the management objects were found as the
 	// operator wants them (never a plane's: a different cluster's versions).
-	compared remote.Comparisons
+	compared     remote.Comparisons
+	comparedOnce sync.Once
+	// credentials remembers each plane's last admin kubeconfig that parsed, by digest.
+	credentials remote.AdminCredentials
 	// Shard is the set of planes this manager reconciles; the others' managers see to
 	// theirs.
 	Shard Shard
@@ -190,6 +193,7 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if apierrors.IsNotFound(err) {
 			// Gone, with or without its teardown: stop talking to it.
 			r.Planes.Remove(req.NamespacedName)
+			r.credentials.Forget(req.NamespacedName)
 			r.recordTeardownProgress(req.NamespacedName, -1)
 			r.writes.forget(req.NamespacedName)
 		}
@@ -199,6 +203,7 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		// Another shard's (a plane moved away, or an event about another shard's plane):
 		// let go of its connection and watches; the other manager takes it from here.
 		r.Planes.Remove(req.NamespacedName)
+		r.credentials.Forget(req.NamespacedName)
 		r.writes.forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
@@ -370,4 +375,12 @@ func kamajiControlPlaneKind() *unstructured.Unstructured {
 	u.SetAPIVersion(render.KamajiAPIVersion)
 	u.SetKind(render.KamajiControlPlaneKind)
 	return u
+}
+
+// comparisons is the reconciler's memory of its management comparisons. The manager's
+// cache holds some kinds as their identity alone (ContentlessKinds): a comparison reads
+// a version of those it does not remember through APIReader (none: it fails).
+func (r *ComputePlaneReconciler) comparisons() *remote.Comparisons {
+	r.comparedOnce.Do(func() { r.compared.Fresh, r.compared.Trimmed = r.APIReader, ContentlessKinds() })
+	return &r.compared
 }

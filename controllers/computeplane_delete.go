@@ -109,6 +109,7 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 	}
 	s.released = true
 	r.Planes.Remove(key)
+	r.credentials.Forget(key)
 	r.recordTeardownProgress(key, -1)
 	return ctrl.Result{}, nil
 }

@@ -49,7 +49,7 @@ func (r *ComputePlaneReconciler) reconcileEgress(ctx context.Context, s *scope) 
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 		for _, want := range changed {
-			if _, err := r.compared.Apply(ctx, r.Client, want, FieldOwner, "spec"); err != nil {
+			if _, err := r.comparisons().Apply(ctx, r.Client, want, FieldOwner, "spec"); err != nil {
 				return ctrl.Result{}, err
 			}
 		}
@@ -79,7 +79,7 @@ func (r *ComputePlaneReconciler) reconcileEgress(ctx context.Context, s *scope) 
 func (r *ComputePlaneReconciler) unverifiedPolicies(ctx context.Context, c client.Reader, wants []*ciliumv2.CiliumNetworkPolicy) ([]*ciliumv2.CiliumNetworkPolicy, error) {
 	var out []*ciliumv2.CiliumNetworkPolicy
 	for _, want := range wants {
-		ok, err := r.compared.Verify(ctx, c, want, "spec")
+		ok, err := r.comparisons().Verify(ctx, c, want, "spec")
 		if err != nil {
 			return nil, err
 		}

@@ -67,7 +67,7 @@ func (r *ComputePlaneReconciler) reconcileGrants(ctx context.Context, s *scope) 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	ok, err := r.compared.Verify(ctx, r.Client, want, "spec")
+	ok, err := r.comparisons().Verify(ctx, r.Client, want, "spec")
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -84,10 +84,10 @@ func (r *ComputePlaneReconciler) reconcileGrants(ctx context.Context, s *scope) 
 			s.waiting = true
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
-		if _, err := r.compared.Apply(ctx, r.Client, want, FieldOwner, "spec"); err != nil {
+		if _, err := r.comparisons().Apply(ctx, r.Client, want, FieldOwner, "spec"); err != nil {
 			return ctrl.Result{}, err
 		}
-		if ok, err = r.compared.Verify(ctx, r.APIReader, want, "spec"); err != nil {
+		if ok, err = r.comparisons().Verify(ctx, r.APIReader, want, "spec"); err != nil {
 			return ctrl.Result{}, err
 		}
 		if !ok {

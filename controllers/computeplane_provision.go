@@ -31,9 +31,11 @@ import (
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machinedeployments,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machinesets,verbs=list;watch
-// +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=kamajicontrolplanes,verbs=list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=kubevirtclusters;kubevirtmachinetemplates,verbs=list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kubeadmconfigtemplates,verbs=list;watch;create;patch;delete
+// get: the cache holds these without their content (ContentlessKinds); a comparison
+// reads a version it does not remember from the API server.
+// +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=kamajicontrolplanes,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=kubevirtclusters;kubevirtmachinetemplates,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kubeadmconfigtemplates,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=kamaji.clastix.io,resources=tenantcontrolplanes,verbs=list;watch
 // +kubebuilder:rbac:groups=helm.toolkit.fluxcd.io,resources=helmreleases,verbs=list;watch;create;patch;delete
 
@@ -94,7 +96,7 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 				return ctrl.Result{}, err
 			}
 		}
-		res, err := r.compared.Apply(ctx, applier, obj, FieldOwner)
+		res, err := r.comparisons().Apply(ctx, applier, obj, FieldOwner)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -156,7 +158,7 @@ func (r *ComputePlaneReconciler) ensureInfraNamespace(ctx context.Context, s *sc
 			want.Name, cpv1.PlaneUIDLabel, live.Labels[cpv1.PlaneUIDLabel]), nil
 	}
 	// Ours: keep its labels as rendered (Pod Security for the VMs, the plane's links).
-	_, err = r.compared.Apply(ctx, r.Client, want, FieldOwner)
+	_, err = r.comparisons().Apply(ctx, r.Client, want, FieldOwner)
 	return "", err
 }
 
@@ -172,7 +174,7 @@ func (r *ComputePlaneReconciler) ensureDefaultDeny(ctx context.Context, s *scope
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
-	_, err = r.compared.Apply(ctx, r.Client, want, FieldOwner, "spec")
+	_, err = r.comparisons().Apply(ctx, r.Client, want, FieldOwner, "spec")
 	return err
 }
 
@@ -232,7 +234,7 @@ func (r *ComputePlaneReconciler) observeProviders(ctx context.Context, s *scope,
 		case len(secret.Data[render.AdminKubeconfigKey]) == 0:
 			obs.kubeconfigMissing = "has no key " + render.AdminKubeconfigKey + " yet"
 		default:
-			cred, perr := remote.ParseAdminKubeconfig(secret.Data[render.AdminKubeconfigKey], controlPlaneServers(obs.tcp))
+			cred, perr := r.credentials.Parse(client.ObjectKeyFromObject(s.plane), secret.Data[render.AdminKubeconfigKey], controlPlaneServers(obs.tcp))
 			if perr != nil {
 				obs.kubeconfigUnusable = "key " + render.AdminKubeconfigKey + " " + perr.Error()
 			}

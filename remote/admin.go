@@ -22,22 +22,48 @@ import (
 // run a program, use a proxy, skip TLS verification or send its own credential (its
 // ServiceAccount token) anywhere.
 type AdminCredential struct {
-	Server   string
-	CAData   []byte
-	CertData []byte
-	KeyData  []byte
+	Server string
 	// Identity is the certificate's common name: the user the plane's API server sees.
 	Identity string
 	// Hash identifies the credential, so a rotation builds a new client.
 	Hash string
+
+	// kubeconfig is what the credential was read from. The CA, certificate and key are
+	// taken from it when a connection or the applier's kubeconfig is built (material):
+	// a pass that finds the credential unchanged (AdminCredentials) needs only Hash.
+	kubeconfig []byte
+	pem        *credentialPEM
+}
+
+type credentialPEM struct{ ca, cert, key []byte }
+
+// material is the credential's CA, certificate and key, parsed again from the
+// kubeconfig it was read from when a pass did not need them before.
+func (c *AdminCredential) material() (*credentialPEM, error) {
+	if c.pem != nil {
+		return c.pem, nil
+	}
+	full, err := ParseAdminKubeconfig(c.kubeconfig, []string{c.Server})
+	if err != nil {
+		return nil, fmt.Errorf("the admin kubeconfig: %w", err)
+	}
+	if full.Hash != c.Hash {
+		return nil, errors.New("the admin kubeconfig is not the one the credential was read from")
+	}
+	c.pem = full.pem
+	return c.pem, nil
 }
 
 // RESTConfig is a client configuration that uses exactly the credential.
-func (c *AdminCredential) RESTConfig() *rest.Config {
+func (c *AdminCredential) RESTConfig() (*rest.Config, error) {
+	m, err := c.material()
+	if err != nil {
+		return nil, err
+	}
 	return &rest.Config{
 		Host:            c.Server,
-		TLSClientConfig: rest.TLSClientConfig{CAData: c.CAData, CertData: c.CertData, KeyData: c.KeyData},
-	}
+		TLSClientConfig: rest.TLSClientConfig{CAData: m.ca, CertData: m.cert, KeyData: m.key},
+	}, nil
 }
 
 // ParseAdminKubeconfig accepts a kubeconfig only when its current context uses inline
@@ -96,9 +122,8 @@ func ParseAdminKubeconfig(data []byte, allowedServers []string) (*AdminCredentia
 		sum.Write([]byte{0})
 	}
 	return &AdminCredential{
-		Server: server, CAData: cluster.CertificateAuthorityData,
-		CertData: user.ClientCertificateData, KeyData: user.ClientKeyData,
-		Identity: identity, Hash: hex.EncodeToString(sum.Sum(nil)),
+		Server: server, Identity: identity, Hash: hex.EncodeToString(sum.Sum(nil)), kubeconfig: data,
+		pem: &credentialPEM{ca: cluster.CertificateAuthorityData, cert: user.ClientCertificateData, key: user.ClientKeyData},
 	}, nil
 }
 

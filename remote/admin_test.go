@@ -88,7 +88,10 @@ func TestParseAdminKubeconfig(t *testing.T) {
 				if cred.Identity != "kubernetes-super-admin" || cred.Hash == "" {
 					t.Errorf("identity %q hash %q", cred.Identity, cred.Hash)
 				}
-				cfg := cred.RESTConfig()
+				cfg, err := cred.RESTConfig()
+				if err != nil {
+					t.Fatal(err)
+				}
 				if cfg.BearerToken != "" || cfg.BearerTokenFile != "" || cfg.ExecProvider != nil || cfg.AuthProvider != nil || cfg.Proxy != nil || cfg.Insecure {
 					t.Errorf("the client configuration can do more than the certificate: %+v", cfg)
 				}

@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -26,6 +27,13 @@ const maxComparisons = 1 << 16
 // nil one remembers nothing. It must not be shared between clusters: resourceVersions
 // are one cluster's.
 type Comparisons struct {
+	// Fresh, when set, is where a comparison of a kind in Trimmed reads the object in
+	// full once it finds a version it does not remember: the reader it is given (the
+	// manager's cache) holds those kinds without their content, their identity only,
+	// which is all a remembered comparison needs. Both are set before first use.
+	Fresh   client.Reader
+	Trimmed map[schema.GroupVersionKind]bool
+
 	mu sync.Mutex
 	// matched is, by object (gvk, namespace, name), the digest of the live version and
 	// want last found to match.
@@ -46,14 +54,21 @@ func (m *Comparisons) compare(ctx context.Context, c client.Reader, obj client.O
 	if err != nil || live == nil || live.GetDeletionTimestamp() != nil {
 		return live, false, err
 	}
+	var fresh client.Reader
+	if m != nil && m.Trimmed[gvk] {
+		fresh = m.Fresh
+		if fresh == nil {
+			return live, false, fmt.Errorf("%s %s is read without its content and there is nowhere to read it in full", gvk.Kind, key)
+		}
+	}
 	var slot uint64
 	var digest [sha256.Size]byte
+	var want []byte
 	if live.GetResourceVersion() == "" {
 		m = nil // no version to remember it by
 	}
 	if m != nil {
-		want, err := json.Marshal(obj)
-		if err != nil {
+		if want, err = json.Marshal(obj); err != nil {
 			return live, false, err
 		}
 		slot, digest = comparisonDigest(gvk.String(), key, live, exact, want)
@@ -62,6 +77,17 @@ func (m *Comparisons) compare(ctx context.Context, c client.Reader, obj client.O
 		m.mu.Unlock()
 		if ok && seen == digest {
 			return live, true, nil
+		}
+	}
+	if fresh != nil {
+		// A version not remembered: compare what the API server holds, and remember it
+		// by that version (the cache may trail it for a moment; until it catches up, a
+		// pass reads in full again).
+		if live, err = getLive(ctx, fresh, gvk, key); err != nil || live == nil || live.GetDeletionTimestamp() != nil {
+			return live, false, err
+		}
+		if m != nil {
+			slot, digest = comparisonDigest(gvk.String(), key, live, exact, want)
 		}
 	}
 	u, err := toApplyObject(obj)

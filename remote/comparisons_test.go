@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cozystack/computeplane/remote"
@@ -93,4 +94,96 @@ func TestComparisonsRememberOnlyWhatTheyCompared(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("recreated by someone else, different", verify(a1), false, 1)
+}
+
+// contentless reads ConfigMaps as the manager's cache holds its contentless kinds: their
+// identity alone.
+type contentless struct{ client.Client }
+
+func (c contentless) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	if cm, ok := obj.(*corev1.ConfigMap); ok {
+		*cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cm.Namespace, Name: cm.Name, UID: cm.UID,
+			ResourceVersion: cm.ResourceVersion, Labels: cm.Labels}}
+	}
+	return nil
+}
+
+// counting counts the reads made through it.
+type counting struct {
+	client.Reader
+	gets int
+}
+
+func (c *counting) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.gets++
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestComparisonsOfContentlessKinds: a kind cached as its identity alone is compared
+// with what the API server holds whenever its version is not remembered, and costs no
+// read while it is.
+func TestComparisonsOfContentlessKinds(t *testing.T) {
+	scheme := testScheme(t)
+	cluster, err := testenv.StartTenant(scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Stop() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := contentless{c}
+	want := func(data map[string]string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "trimmed"}, Data: data}
+	}
+	a1 := map[string]string{"a": "1"}
+	fresh := &counting{Reader: c}
+	trimmed := map[schema.GroupVersionKind]bool{corev1.SchemeGroupVersion.WithKind("ConfigMap"): true}
+	m := &remote.Comparisons{Fresh: fresh, Trimmed: trimmed}
+	if res, err := m.Apply(ctx, cached, want(a1), "test"); err != nil || res != remote.Created {
+		t.Fatalf("apply: %v, %v", res, err)
+	}
+	step := func(name string, data map[string]string, wantMatch bool, wantReads int) {
+		t.Helper()
+		before := fresh.gets
+		ok, err := m.Verify(ctx, cached, want(data))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if ok != wantMatch || fresh.gets-before != wantReads {
+			t.Errorf("%s: matched %v after %d reads from the API server; want %v after %d", name, ok, fresh.gets-before, wantMatch, wantReads)
+		}
+	}
+	step("first look: read in full", a1, true, 1)
+	step("same version: nothing read", a1, true, 0)
+	live := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "trimmed"}, live); err != nil {
+		t.Fatal(err)
+	}
+	live.Data["a"] = "2"
+	if err := c.Update(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	step("changed by someone: read in full, found changed", a1, false, 1)
+	if res, err := m.Apply(ctx, cached, want(a1), "test"); err != nil || res != remote.Restored {
+		t.Fatalf("repair: %v, %v (a restore must be told from a foreign edit by the full object's annotation)", res, err)
+	}
+	step("restored", a1, true, 1)
+	step("restored, at rest", a1, true, 0)
+
+	// The identity alone never matches a want: without reading in full, every pass
+	// would apply again.
+	if ok, err := (&remote.Comparisons{}).Verify(ctx, cached, want(a1)); err != nil || ok {
+		t.Fatalf("an identity alone matched the want (%v, %v)", ok, err)
+	}
+	if _, err := (&remote.Comparisons{Trimmed: trimmed}).Verify(ctx, cached, want(a1)); err == nil {
+		t.Fatal("a contentless kind was compared with nowhere to read it in full")
+	}
 }

@@ -510,7 +510,10 @@ func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*
 	// lasts minutes, and a timeout on it would end every watch after Timeout and open
 	// it again (a dead connection is found by the HTTP/2 health check instead, and a
 	// plane that stops answering is disconnected by the probe).
-	watchCfg := cred.RESTConfig()
+	watchCfg, err := cred.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
 	watchCfg.QPS, watchCfg.Burst = 50, 100
 	cfg := rest.CopyConfig(watchCfg)
 	cfg.Timeout = c.Timeout

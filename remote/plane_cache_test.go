@@ -134,7 +134,11 @@ func TestProbeNeedsStorage(t *testing.T) {
 	if err := tenant.StopEtcd(); err != nil {
 		t.Fatal(err)
 	}
-	disco := discovery.NewDiscoveryClientForConfigOrDie(cred.RESTConfig())
+	cfg, err := cred.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	disco := discovery.NewDiscoveryClientForConfigOrDie(cfg)
 	if _, err := disco.ServerVersion(); err != nil {
 		t.Fatalf("the apiserver does not answer /version with etcd stopped (the attack needs it to): %v", err)
 	}

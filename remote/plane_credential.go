@@ -45,8 +45,12 @@ func IssueApplierToken(ctx context.Context, c client.Client, lifetime time.Durat
 // from the verified admin credential (its in-cluster .svc address, which Flux reaches),
 // the applier's token as the only credential.
 func ApplierKubeconfig(admin *AdminCredential, token string) ([]byte, error) {
+	m, err := admin.material()
+	if err != nil {
+		return nil, err
+	}
 	out := clientcmdapi.NewConfig()
-	out.Clusters["plane"] = &clientcmdapi.Cluster{Server: admin.Server, CertificateAuthorityData: admin.CAData}
+	out.Clusters["plane"] = &clientcmdapi.Cluster{Server: admin.Server, CertificateAuthorityData: m.ca}
 	out.AuthInfos[ApplierName] = &clientcmdapi.AuthInfo{Token: token}
 	out.Contexts[ApplierName+"@plane"] = &clientcmdapi.Context{Cluster: "plane", AuthInfo: ApplierName}
 	out.CurrentContext = ApplierName + "@plane"

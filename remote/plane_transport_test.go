@@ -104,8 +104,8 @@ func TestPlaneConnections(t *testing.T) {
 	defer srv.Close()
 
 	certPEM, keyPEM := keyPair(t, "operator")
-	cred := &AdminCredential{Server: srv.URL, CertData: certPEM, KeyData: keyPEM, Identity: "operator", Hash: "1",
-		CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}
+	cred := &AdminCredential{Server: srv.URL, Identity: "operator", Hash: "1", pem: &credentialPEM{cert: certPEM, key: keyPEM,
+		ca: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}}
 	c := &ClusterCache{Timeout: 5 * time.Second}
 	e, err := c.build(types.NamespacedName{Namespace: "tenant", Name: "plane"}, cred)
 	if err != nil {

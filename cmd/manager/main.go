@@ -28,7 +28,7 @@ import (
 )
 
 // defaultGCPercent is the manager's GOGC unless the environment sets one.
-const defaultGCPercent = 15
+const defaultGCPercent = 10
 
 func main() {
 	var (
@@ -87,8 +87,8 @@ func main() {
 	}
 	// Most of the heap is long-lived (a connection and its watches per plane) and a fleet
 	// at rest allocates little (a steady reconcile compares nothing it compared before),
-	// so collecting at 15 % growth costs little CPU and keeps the footprint lower: at
-	// 500 planes 161 MiB against 172 with GOGC 25, for 1.8 % more of one core
+	// so collecting at 10 % growth costs little CPU and keeps the footprint lower: at
+	// 500 planes 146 MiB against 154 with GOGC 15, for 3.1 % more of one core
 	// (docs/benchmarks.md). GOGC set in the environment wins.
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
