@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
@@ -14,16 +13,7 @@ import (
 func adminKubeconfig(t *testing.T, server string) []byte {
 	t.Helper()
 	cert, key := keyPair(t, "kubernetes-super-admin")
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["p"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cert}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
-	cfg.Contexts["admin@p"] = &clientcmdapi.Context{Cluster: "p", AuthInfo: "admin"}
-	cfg.CurrentContext = "admin@p"
-	b, err := clientcmd.Write(*cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return kamajiKubeconfig(t, cert, key, func(c *clientcmdapi.Cluster, _ *clientcmdapi.AuthInfo) { c.Server = server })
 }
 
 func TestAdminCredentialsRememberOnlyWhatParsed(t *testing.T) {

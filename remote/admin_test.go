@@ -21,25 +21,32 @@ func keyPair(t *testing.T, cn string) (certPEM, keyPEM []byte) {
 	return certPEM, keyPEM
 }
 
+// kamajiKubeconfig is an admin kubeconfig of Kamaji's shape (server
+// https://p.cp-a.svc:6443, cert as both CA and client certificate), changed by mut.
+func kamajiKubeconfig(t *testing.T, cert, key []byte, mut func(c *clientcmdapi.Cluster, u *clientcmdapi.AuthInfo)) []byte {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	c := &clientcmdapi.Cluster{Server: "https://p.cp-a.svc:6443", CertificateAuthorityData: cert}
+	u := &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
+	if mut != nil {
+		mut(c, u)
+	}
+	cfg.Clusters["p"], cfg.AuthInfos["admin"] = c, u
+	cfg.Contexts["admin@p"] = &clientcmdapi.Context{Cluster: "p", AuthInfo: "admin"}
+	cfg.CurrentContext = "admin@p"
+	b, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestParseAdminKubeconfig(t *testing.T) {
 	cert, key := keyPair(t, "kubernetes-super-admin")
 	otherCert, _ := keyPair(t, "someone")
 	allowed := []string{"https://10.0.0.1:6443", "https://p.cp-a.svc:6443"}
 	build := func(mut func(c *clientcmdapi.Cluster, u *clientcmdapi.AuthInfo)) []byte {
-		cfg := clientcmdapi.NewConfig()
-		c := &clientcmdapi.Cluster{Server: "https://p.cp-a.svc:6443", CertificateAuthorityData: cert}
-		u := &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
-		if mut != nil {
-			mut(c, u)
-		}
-		cfg.Clusters["p"], cfg.AuthInfos["admin"] = c, u
-		cfg.Contexts["admin@p"] = &clientcmdapi.Context{Cluster: "p", AuthInfo: "admin"}
-		cfg.CurrentContext = "admin@p"
-		b, err := clientcmd.Write(*cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+		return kamajiKubeconfig(t, cert, key, mut)
 	}
 	cases := []struct {
 		name string

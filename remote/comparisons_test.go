@@ -21,18 +21,9 @@ import (
 // recreating it, the operator wanting something else, or a stricter comparison, each
 // compares in full and sees the difference.
 func TestComparisonsRememberOnlyWhatTheyCompared(t *testing.T) {
-	scheme := testScheme(t)
-	cluster, err := testenv.StartTenant(scheme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cluster.Stop() })
+	c := tenantClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := func(data map[string]string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "posture"}, Data: data}
@@ -126,18 +117,9 @@ func (c *counting) Get(ctx context.Context, key client.ObjectKey, obj client.Obj
 // with what the API server holds whenever its version is not remembered, and costs no
 // read while it is.
 func TestComparisonsOfContentlessKinds(t *testing.T) {
-	scheme := testScheme(t)
-	cluster, err := testenv.StartTenant(scheme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cluster.Stop() })
+	c := tenantClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cached := contentless{c}
 	want := func(data map[string]string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
@@ -186,4 +168,20 @@ func TestComparisonsOfContentlessKinds(t *testing.T) {
 	if _, err := (&remote.Comparisons{Trimmed: trimmed}).Verify(ctx, cached, want(a1)); err == nil {
 		t.Fatal("a contentless kind was compared with nowhere to read it in full")
 	}
+}
+
+// tenantClient is a client of a tenant apiserver of the test's own.
+func tenantClient(t *testing.T) client.Client {
+	t.Helper()
+	scheme := testScheme(t)
+	cluster, err := testenv.StartTenant(scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Stop() })
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
