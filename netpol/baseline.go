@@ -56,7 +56,7 @@ type Baseline struct {
 	// Internet allows egress to addresses outside the cluster.
 	Internet bool
 	// DeniedCIDRs are denied whatever else allows them (the class's: the management
-	// API's addresses outside the cluster), besides the link-local range.
+	// API's addresses outside the cluster), besides AlwaysDenied.
 	DeniedCIDRs []string
 	// Labels of the policy object itself.
 	Labels map[string]string
@@ -152,13 +152,43 @@ func DefaultDeny(namespace string, tenantNamespace bool, labels map[string]strin
 // node-local addresses.
 const LinkLocal = "169.254.0.0/16"
 
+// LinkLocalV6 is IPv6's link-local range, denied like LinkLocal: OpenStack's metadata
+// service answers at fe80::a9fe:a9fe there, and on a dual-stack or IPv6 cluster a VM
+// could otherwise reach the node's own link-local services.
+const LinkLocalV6 = "fe80::/10"
+
+// MetadataV6 are the clouds' IPv6 metadata endpoints, which sit in unique local
+// space (fd00::/8), outside fe80::/10: each is the IPv6 twin of an address inside
+// LinkLocal, so denying them keeps a dual-stack VM exactly as far from them as an
+// IPv4 one. AWS: the instance metadata service (IMDS, on Nitro instances) and the EKS
+// Pod Identity agent, which hands out credentials; Google Cloud: the metadata server of
+// IPv6-only instances; Oracle Cloud: its metadata service; Akamai (Linode): its
+// metadata service. Azure answers over IPv4 only (169.254.169.254).
+var MetadataV6 = []string{
+	"fd00:ec2::254/128",      // AWS IMDS
+	"fd00:ec2::23/128",       // AWS EKS Pod Identity agent
+	"fd20:ce::254/128",       // Google Cloud metadata server
+	"fd00:c1::a9fe:a9fe/128", // Oracle Cloud metadata service
+	"fd00:a9fe:a9fe::1/128",  // Akamai (Linode) metadata service
+}
+
+// AlwaysDenied are the CIDRs every policy denies whatever the class says: the
+// link-local ranges of both families and the IPv6 metadata endpoints outside them.
+func AlwaysDenied() []string {
+	return append([]string{LinkLocal, LinkLocalV6}, MetadataV6...)
+}
+
 // denied is what a plane's VMs may never reach, whatever allows it: the kube-apiserver
-// entity, the link-local range and the given CIDRs. (Deny rules win over allow rules in
-// Cilium.)
+// entity, the always-denied CIDRs and the given ones. (Deny rules win over allow rules
+// in Cilium.)
 func denied(cidrs []string) []api.EgressDenyRule {
-	blocks := api.CIDRSlice{LinkLocal}
+	always := AlwaysDenied()
+	blocks := make(api.CIDRSlice, 0, len(always)+len(cidrs))
+	for _, c := range always {
+		blocks = append(blocks, api.CIDR(c))
+	}
 	for _, c := range sortedUnique(cidrs) {
-		if c != LinkLocal {
+		if !slices.Contains(always, c) {
 			blocks = append(blocks, api.CIDR(c))
 		}
 	}

@@ -2,10 +2,12 @@ package netpol
 
 import (
 	"flag"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/cilium/cilium/pkg/policy/api"
 	"sigs.k8s.io/yaml"
 )
 
@@ -62,8 +64,8 @@ func golden(t *testing.T, name string, got []byte) {
 func TestBaselineDeniesTheAPIServerEvenWithInternet(t *testing.T) {
 	p := BaselinePolicy(Baseline{Namespace: "n", ControlPlane: "c", Internet: true, DeniedCIDRs: []string{"203.0.113.10/32"}})
 	checkDenies(t, p.Spec.EgressDeny)
-	if got := p.Spec.EgressDeny[1].ToCIDR; len(got) != 2 || got[1] != "203.0.113.10/32" {
-		t.Errorf("the class's denied CIDRs are not denied: %v", got)
+	if !deniesAddr(p.Spec.EgressDeny, netip.MustParseAddr("203.0.113.10")) {
+		t.Errorf("the class's denied CIDRs are not denied: %v", p.Spec.EgressDeny)
 	}
 	checkDenies(t, DefaultDeny("n", false, nil).Spec.EgressDeny)
 	for _, r := range p.Spec.Egress {
@@ -107,4 +109,46 @@ func TestBaselineLetsThePlanesNodesTalk(t *testing.T) {
 		}
 	}
 	t.Errorf("the plane's VMs cannot reach each other: %+v", p.Spec.Egress)
+}
+
+// TestEveryPolicyDeniesLinkLocalAndMetadata: each kind of policy a plane's VMs are
+// selected by denies link-local of both families and the IPv6 metadata endpoints, so
+// no single policy (a grant, the namespace's default deny) leaves them open.
+func TestEveryPolicyDeniesLinkLocalAndMetadata(t *testing.T) {
+	g := testGrants()
+	for name, deny := range map[string][]api.EgressDenyRule{
+		"baseline":                       BaselinePolicy(Baseline{Namespace: "n", ControlPlane: "c"}).Spec.EgressDeny,
+		"baseline with internet":         BaselinePolicy(Baseline{Namespace: "n", ControlPlane: "c", Internet: true}).Spec.EgressDeny,
+		"default deny, dedicated":        DefaultDeny("n", false, nil).Spec.EgressDeny,
+		"default deny, tenant namespace": DefaultDeny("n", true, nil).Spec.EgressDeny,
+		"grants":                         GrantsPolicy(g).Spec.EgressDeny,
+	} {
+		t.Run(name, func(t *testing.T) { checkDenies(t, deny) })
+	}
+}
+
+// TestDeniedCIDRsAreListedOnce: a class that names an always-denied range again (or the
+// same CIDR twice) gets it once, so the policy does not change with such a repetition.
+func TestDeniedCIDRsAreListedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		class []string
+		want  int
+	}{
+		{"none", nil, len(AlwaysDenied())},
+		{"link-local again, both families", []string{LinkLocal, LinkLocalV6}, len(AlwaysDenied())},
+		{"a metadata endpoint again", []string{MetadataV6[0]}, len(AlwaysDenied())},
+		{"one of the class's own, twice", []string{"203.0.113.10/32", "203.0.113.10/32"}, len(AlwaysDenied()) + 1},
+		{"an IPv6 one of the class's own", []string{"2001:db8::/32"}, len(AlwaysDenied()) + 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := BaselinePolicy(Baseline{Namespace: "n", ControlPlane: "c", DeniedCIDRs: tc.class}).Spec.EgressDeny[1].ToCIDR
+			if len(got) != tc.want {
+				t.Errorf("%d CIDRs denied, want %d: %v", len(got), tc.want, got)
+			}
+			if got[0] != LinkLocal {
+				t.Errorf("the IPv4 link-local range is not first: %v", got)
+			}
+		})
+	}
 }

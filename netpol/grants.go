@@ -55,7 +55,8 @@ func GrantsName(plane, uid string) string {
 // policy set is then always exactly the current grants, in one object that is written,
 // read back and revoked whole (revoking a grant is one update, not a delete among
 // many), and it fits the 1,000 grants a plane may hold. The kube-apiserver entity and
-// link-local addresses are denied here too. With no grant there is no policy: nil.
+// the always-denied addresses (AlwaysDenied) are denied here too. With no grant there
+// is no policy: nil.
 func GrantsPolicy(g Grants) *ciliumv2.CiliumNetworkPolicy {
 	if !slicesContainsPorts(g.Grants) {
 		return nil

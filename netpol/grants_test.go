@@ -2,6 +2,7 @@ package netpol
 
 import (
 	"math/rand"
+	"net/netip"
 	"reflect"
 	"strconv"
 	"testing"
@@ -122,16 +123,45 @@ func FuzzGrantsPolicy(f *testing.F) {
 
 func checkDenies(t *testing.T, deny []api.EgressDenyRule) {
 	t.Helper()
-	apiserver, linkLocal := false, false
+	apiserver := false
 	for _, d := range deny {
 		for _, e := range d.ToEntities {
 			apiserver = apiserver || e == api.EntityKubeAPIServer
 		}
-		for _, c := range d.ToCIDR {
-			linkLocal = linkLocal || c == LinkLocal
+	}
+	if !apiserver {
+		t.Fatalf("egressDeny %+v does not deny the kube-apiserver", deny)
+	}
+	for _, addr := range neverReached {
+		if !deniesAddr(deny, netip.MustParseAddr(addr.ip)) {
+			t.Fatalf("egressDeny %+v does not deny %s (%s)", deny, addr.ip, addr.why)
 		}
 	}
-	if !apiserver || !linkLocal {
-		t.Fatalf("egressDeny %+v does not deny the kube-apiserver and link-local", deny)
+}
+
+// neverReached are addresses no plane's VM may reach whatever the class or grants say:
+// link-local of both families and the clouds' metadata endpoints.
+var neverReached = []struct{ ip, why string }{
+	{"169.254.169.254", "IPv4 cloud metadata"},
+	{"169.254.170.23", "AWS EKS Pod Identity agent, IPv4"},
+	{"fe80::1", "IPv6 link-local"},
+	{"fe80::a9fe:a9fe", "OpenStack metadata, IPv6"},
+	{"febf:ffff::1", "last block of fe80::/10"},
+	{"fd00:ec2::254", "AWS IMDS, IPv6"},
+	{"fd00:ec2::23", "AWS EKS Pod Identity agent, IPv6"},
+	{"fd20:ce::254", "Google Cloud metadata, IPv6"},
+	{"fd00:c1::a9fe:a9fe", "Oracle Cloud metadata, IPv6"},
+	{"fd00:a9fe:a9fe::1", "Akamai (Linode) metadata, IPv6"},
+}
+
+// deniesAddr reports whether one of the deny rules' CIDRs holds addr.
+func deniesAddr(deny []api.EgressDenyRule, addr netip.Addr) bool {
+	for _, d := range deny {
+		for _, c := range d.ToCIDR {
+			if netip.MustParsePrefix(string(c)).Contains(addr) {
+				return true
+			}
+		}
 	}
+	return false
 }
