@@ -168,14 +168,6 @@ func TestAdmissionRejectsBadClasses(t *testing.T) {
 			c.Spec.PodSecurity.Level, c.Spec.Egress.Internet, c.Spec.Infrastructure.Placement)
 	}
 	patch := client.MergeFrom(c.DeepCopy())
-	c.Spec.Infrastructure.Placement = cpv1.TenantNamespace
-	if err := k8s.Patch(ctx, c, patch); err == nil || !strings.Contains(err.Error(), "infrastructure.placement and infrastructure.namespacePrefix are immutable") {
-		t.Errorf("changing the placement: got %v, want it immutable", err)
-	}
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
-		t.Fatal(err)
-	}
-	patch = client.MergeFrom(c.DeepCopy())
 	c.Spec.Infrastructure.NamespacePrefix = "plane-"
 	if err := k8s.Patch(ctx, c, patch); err == nil || !strings.Contains(err.Error(), "are immutable") {
 		t.Errorf("changing the namespace prefix: got %v, want it immutable", err)

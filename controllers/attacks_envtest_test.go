@@ -311,49 +311,6 @@ func TestAttackPlaneRecreatedOverLeftovers(t *testing.T) {
 	}
 }
 
-// TestAttackPlaneRecreatedInTenantNamespace: with infrastructure in the tenant
-// namespace, a new plane where an old plane's Cluster still is, is refused, never
-// merged; it proceeds once a person removed the leftovers.
-func TestAttackPlaneRecreatedInTenantNamespace(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	class := newClass("inplace-again-"+rand.String(6), func(c *cpv1.ComputePlaneClass) {
-		c.Spec.Infrastructure.Placement = cpv1.TenantNamespace
-	})
-	old := planeWithClass(t, ctx, class, withGroup("workers", medium))
-	eventually(t, settle, conditionIs(ctx, client.ObjectKeyFromObject(old), cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
-	oldCluster := &clusterv1.Cluster{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: old.Namespace, Name: old.Name}, oldCluster); err != nil {
-		t.Fatal(err)
-	}
-	deleteWithoutTeardown(t, ctx, old)
-
-	p := newPlane(old.Namespace, old.Name, class.Name, withGroup("workers", medium))
-	if err := k8s.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	key := client.ObjectKeyFromObject(p)
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ValidCondition, metav1.ConditionFalse, cpv1.InfrastructureConflictReason))
-	eventually(t, settle, conditionIs(ctx, key, cpv1.StalledCondition, metav1.ConditionTrue, cpv1.InfrastructureConflictReason))
-	got := &cpv1.ComputePlane{}
-	if err := k8s.Get(ctx, key, got); err != nil {
-		t.Fatal(err)
-	}
-	if msg := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ValidCondition).Message; !strings.Contains(msg, "Cluster plane") || !strings.Contains(msg, string(old.UID)) {
-		t.Errorf("the refusal does not name the old plane's Cluster: %q", msg)
-	}
-	now := &clusterv1.Cluster{}
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(oldCluster), now); err != nil || now.ResourceVersion != oldCluster.ResourceVersion {
-		t.Errorf("the old plane's Cluster was changed or removed (err=%v)", err)
-	}
-
-	// A platform operator removes the leftovers; the plane proceeds.
-	if err := k8s.Delete(ctx, now); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
-}
-
 // TestAttackPreexistingInfrastructureNamespace: a namespace that already exists where a
 // plane's infrastructure would go (someone's data, or a squatter's) is never used,
 // labelled or deleted.

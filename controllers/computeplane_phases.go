@@ -60,6 +60,14 @@ func (r *ComputePlaneReconciler) reconcileValid(ctx context.Context, s *scope) (
 		return ctrl.Result{}, nil
 	}
 
+	if pl := class.Spec.Infrastructure.Placement; pl != "" && pl != cpv1.DedicatedNamespace {
+		// Stored before the mode was removed: moving the infrastructure would orphan it,
+		// keeping it in the tenant namespace leaves its credentials nameable by tenants.
+		s.observe(cpv1.ValidCondition, stageTerminal(cpv1.SpecExceedsClassReason,
+			"ComputePlaneClass %q places infrastructure %q, which is no longer supported (tenant objects could name the plane's admin credential there); ask a platform operator for a class with DedicatedNamespace placement",
+			class.Name, pl))
+		return ctrl.Result{}, nil
+	}
 	if errs := checkAgainstClass(p.Namespace, &p.Spec, &class.Spec); len(errs) > 0 {
 		s.observe(cpv1.ValidCondition, stageInvalid(cpv1.SpecExceedsClassReason,
 			"%s (class %q); change the spec or ask for a class that allows it", errs.ToAggregate().Error(), class.Name))
@@ -107,19 +115,17 @@ func selectorString(sel *metav1.LabelSelector) string {
 // in the namespace. The operator never adopts or merges either.
 func (r *ComputePlaneReconciler) infrastructureConflict(ctx context.Context, p *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) (string, error) {
 	infraNS := render.InfrastructureNamespace(p, class)
-	if infraNS != p.Namespace {
-		ns := &corev1.Namespace{}
-		switch err := r.Get(ctx, client.ObjectKey{Name: infraNS}, ns); {
-		case apierrors.IsNotFound(err):
-			return "", nil
-		case err != nil:
-			return "", err
-		}
-		if ns.Labels[cpv1.PlaneUIDLabel] != string(p.UID) {
-			return fmt.Sprintf("namespace %s exists but was not created for this ComputePlane (its %s label is %q, this plane's UID is %s); "+
-				"the operator never adopts a namespace: a platform operator must check what it holds and delete or rename it",
-				infraNS, cpv1.PlaneUIDLabel, ns.Labels[cpv1.PlaneUIDLabel], p.UID), nil
-		}
+	ns := &corev1.Namespace{}
+	switch err := r.Get(ctx, client.ObjectKey{Name: infraNS}, ns); {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	if ns.Labels[cpv1.PlaneUIDLabel] != string(p.UID) {
+		return fmt.Sprintf("namespace %s exists but was not created for this ComputePlane (its %s label is %q, this plane's UID is %s); "+
+			"the operator never adopts a namespace: a platform operator must check what it holds and delete or rename it",
+			infraNS, cpv1.PlaneUIDLabel, ns.Labels[cpv1.PlaneUIDLabel], p.UID), nil
 	}
 	others, err := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 		{Key: cpv1.PlaneNameLabel, Operator: metav1.LabelSelectorOpExists},

@@ -20,7 +20,6 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
@@ -74,13 +73,11 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 		return ctrl.Result{}, nil
 	}
 
-	if graph.Namespace != nil {
-		if conflict, err := r.ensureInfraNamespace(ctx, s, graph.Namespace); err != nil || conflict != "" {
-			if conflict != "" {
-				s.observe(cpv1.ProvisionedCondition, stageTerminal(cpv1.InfrastructureConflictReason, "%s", conflict))
-			}
-			return ctrl.Result{RequeueAfter: r.jitter()}, err
+	if conflict, err := r.ensureInfraNamespace(ctx, s, graph.Namespace); err != nil || conflict != "" {
+		if conflict != "" {
+			s.observe(cpv1.ProvisionedCondition, stageTerminal(cpv1.InfrastructureConflictReason, "%s", conflict))
 		}
+		return ctrl.Result{RequeueAfter: r.jitter()}, err
 	}
 	// Before anything that makes VMs: the namespace's always-on default deny.
 	if err := r.ensureDefaultDeny(ctx, s, infraNS); err != nil {
@@ -89,13 +86,6 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 	var restored []string
 	applier := r.withAddons()
 	for _, obj := range graph.Objects {
-		if obj.GetNamespace() == p.Namespace {
-			// Same namespace (TenantNamespace placement): owner references work, and
-			// garbage collection backs up the finalizer.
-			if err := controllerutil.SetOwnerReference(p, obj, r.Scheme()); err != nil {
-				return ctrl.Result{}, err
-			}
-		}
 		res, err := r.comparisons().Apply(ctx, applier, obj, FieldOwner)
 		if err != nil {
 			return ctrl.Result{}, err

@@ -3,9 +3,13 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -13,10 +17,13 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
 
+// +kubebuilder:rbac:groups=kustomize.toolkit.fluxcd.io,resources=kustomizations,verbs=list
+
 // +kubebuilder:webhook:path=/validate-computeplane-cozystack-io-v1alpha1-computeplane,mutating=false,failurePolicy=fail,sideEffects=None,groups=computeplane.cozystack.io,resources=computeplanes,verbs=create,versions=v1alpha1,name=vcomputeplane.computeplane.cozystack.io,admissionReviewVersions=v1,timeoutSeconds=5
 
 // ComputePlaneValidator refuses what the CRD schema cannot see: a second ComputePlane in
-// a namespace, and a class that does not allow the namespace. It reads the API directly, not the cache, so a plane created a moment ago
+// a namespace, a class that does not allow the namespace, and a Flux object already
+// naming the applier kubeconfig the plane would get. It reads the API directly, not the cache, so a plane created a moment ago
 // counts; creates racing past it are settled by the reconciler (the older plane wins).
 type ComputePlaneValidator struct {
 	Reader client.Reader
@@ -39,6 +46,9 @@ func (v *ComputePlaneValidator) ValidateCreate(ctx context.Context, p *cpv1.Comp
 				fmt.Errorf("namespace %q already has ComputePlane %q: at most one ComputePlane per namespace is allowed",
 					p.Namespace, other.Name))
 		}
+	}
+	if err := v.noFluxObjectNamesTheCredential(ctx, p); err != nil {
+		return nil, err
 	}
 	class := &cpv1.ComputePlaneClass{}
 	switch err := v.Reader.Get(ctx, client.ObjectKey{Name: p.Spec.ClassName}, class); {
@@ -68,4 +78,39 @@ func (v *ComputePlaneValidator) ValidateUpdate(context.Context, *cpv1.ComputePla
 // ValidateDelete allows every delete: teardown is the finalizer's job.
 func (v *ComputePlaneValidator) ValidateDelete(context.Context, *cpv1.ComputePlane) (admission.Warnings, error) {
 	return nil, nil
+}
+
+// fluxLists are the Flux kinds whose objects can name a Secret of their namespace as a
+// kubeconfig or a source of values (the kinds the placement webhook judges).
+var fluxLists = []schema.GroupVersionKind{
+	{Group: "helm.toolkit.fluxcd.io", Version: "v2", Kind: "HelmReleaseList"},
+	{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Kind: "KustomizationList"},
+}
+
+// noFluxObjectNamesTheCredential refuses a plane whose applier kubeconfig a Flux object
+// of the namespace already names: the placement webhook refuses such an object once the
+// plane exists, so without this check a tenant could name the credential first and have
+// it used, unheld, as soon as the plane issued it. A kind that is not installed has no
+// objects.
+func (v *ComputePlaneValidator) noFluxObjectNamesTheCredential(ctx context.Context, p *cpv1.ComputePlane) error {
+	for _, gvk := range fluxLists {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk)
+		if err := v.Reader.List(ctx, list, client.InNamespace(p.Namespace)); err != nil {
+			if apimeta.IsNoMatchError(err) {
+				continue
+			}
+			return apierrors.NewInternalError(fmt.Errorf("listing %s in %q: %w", gvk.Kind, p.Namespace, err))
+		}
+		for _, o := range list.Items {
+			kind := strings.TrimSuffix(gvk.Kind, "List")
+			placement := kind == "HelmRelease" && isPlacement(o.Object)
+			if errs := credentialErrors(kind, placement, suspectNames(o.Object), []cpv1.ComputePlane{*p}); len(errs) > 0 {
+				return apierrors.NewForbidden(cpv1.GroupVersion.WithResource("computeplanes").GroupResource(), p.Name,
+					fmt.Errorf("%s %s/%s already names %s, the applier kubeconfig this ComputePlane would get (%s); remove that reference first",
+						kind, o.GetNamespace(), o.GetName(), ApplierSecretName(p), errs[0].Field))
+			}
+		}
+	}
+	return nil
 }

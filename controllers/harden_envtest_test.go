@@ -587,13 +587,12 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		for _, hr := range hrs.Items {
 			// Every plane's admin kubeconfig is referenced only from its own infrastructure
 			// namespace, by the operator's add-on releases.
-			// (TenantNamespace placement keeps the add-ons in the plane's own namespace.)
 			kc := hr.Spec.KubeConfig
 			if kc == nil || kc.SecretRef == nil || !strings.HasSuffix(kc.SecretRef.Name, "-admin-kubeconfig") {
 				continue
 			}
 			owner := planeOfLabels(hr.Labels)
-			inPlace := owner.UID != "" && (hr.Namespace == infraOf(owner) || hr.Namespace == owner.Namespace)
+			inPlace := owner.UID != "" && hr.Namespace == infraOf(owner)
 			if !inPlace || hr.Labels["computeplane.cozystack.io/addon-role"] == "" {
 				t.Errorf("HelmRelease %s/%s references the admin kubeconfig but is not an operator add-on", hr.Namespace, hr.Name)
 			}

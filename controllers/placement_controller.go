@@ -31,6 +31,10 @@ import (
 // PlacementFieldOwner is the field manager of what the placement controller writes.
 const PlacementFieldOwner = "computeplane-placement"
 
+// SuspendedAnnotation marks a placement release the operator suspended because it does
+// not fit its plane (its value is the reason); the operator resumes only those.
+const SuspendedAnnotation = "computeplane.cozystack.io/suspended"
+
 // Reasons of the events on placement releases.
 const (
 	// PlacementHeldReason: the release waits for its plane to be Ready.
@@ -71,9 +75,9 @@ type PlacementReconciler struct {
 
 type told struct {
 	namespace, state string
-	// checked is the release and plane generation its routing was last judged at,
-	// and notRouted what was found (empty: routed as required).
-	checked   [2]int64
+	// checked is the release, plane and class generation its routing was last judged
+	// at, and notRouted what was found (empty: routed as required).
+	checked   [3]int64
 	notRouted string
 }
 
@@ -91,6 +95,8 @@ func (r *PlacementReconciler) SetupWithManager(mgr ctrl.Manager, opts controller
 	return ctrl.NewControllerManagedBy(mgr).Named("placement").
 		Watches(&helmv2.HelmRelease{}, toNamespace, builder.WithPredicates(placementOnly, releaseChanged{})).
 		Watches(&cpv1.ComputePlane{}, toNamespace).
+		// A class change can take a release's chart source away.
+		Watches(&cpv1.ComputePlaneClass{}, handler.EnqueueRequestsFromMapFunc(r.namespacesOfClass)).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -112,12 +118,16 @@ func (r *PlacementReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, err
 	}
 	gate := gateOf(plane)
+	class, err := r.classOf(ctx, plane)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	counts := cpv1.PlacementCounts{}
 	seen := map[types.UID]bool{}
 	for i := range releases.Items {
 		hr := &releases.Items[i]
 		seen[hr.UID] = true
-		if err := r.release(ctx, hr, plane, gate, &counts); err != nil {
+		if err := r.release(ctx, hr, plane, class, gate, &counts); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -156,8 +166,35 @@ func gateOf(p *cpv1.ComputePlane) gate {
 	return gate{why: fmt.Sprintf("ComputePlane %s is not Ready (%s: %s)", p.Name, ready.Reason, ready.Message)}
 }
 
+// classOf is the plane's class, or an empty one (no extra source namespaces) when there
+// is no plane or the class is gone.
+func (r *PlacementReconciler) classOf(ctx context.Context, plane *cpv1.ComputePlane) (*cpv1.ComputePlaneClass, error) {
+	class := &cpv1.ComputePlaneClass{}
+	if plane == nil {
+		return class, nil
+	}
+	if err := r.Get(ctx, client.ObjectKey{Name: plane.Spec.ClassName}, class); err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	return class, nil
+}
+
+// namespacesOfClass wakes the namespaces whose planes use a class.
+func (r *PlacementReconciler) namespacesOfClass(ctx context.Context, o client.Object) []ctrl.Request {
+	var planes cpv1.ComputePlaneList
+	if err := r.List(ctx, &planes, client.MatchingFields{classNameField: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the planes of a class", "class", o.GetName())
+		return nil
+	}
+	var out []ctrl.Request
+	for _, p := range planes.Items {
+		out = append(out, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace}})
+	}
+	return out
+}
+
 // release handles one placement release and counts it.
-func (r *PlacementReconciler) release(ctx context.Context, hr *helmv2.HelmRelease, plane *cpv1.ComputePlane, g gate, counts *cpv1.PlacementCounts) error {
+func (r *PlacementReconciler) release(ctx context.Context, hr *helmv2.HelmRelease, plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, g gate, counts *cpv1.PlacementCounts) error {
 	if !hr.DeletionTimestamp.IsZero() {
 		return r.deleting(ctx, hr, g, counts)
 	}
@@ -166,15 +203,18 @@ func (r *PlacementReconciler) release(ctx context.Context, hr *helmv2.HelmReleas
 			"namespace %s has no ComputePlane: this placement release is applied nowhere until one exists (it never falls back to another plane or the management cluster)", hr.Namespace)
 		return nil
 	}
-	notRouted, err := r.notRouted(hr, plane)
+	notRouted, err := r.notRouted(hr, plane, class)
 	if err != nil {
 		return err
 	}
 	if notRouted != "" {
 		counts.Refused++
 		r.tell(hr, corev1.EventTypeWarning, PlacementNotRoutedReason,
-			"not routed into ComputePlane %s as a placement release must be (created before the operator's webhook was installed?): %s; recreate it", plane.Name, notRouted)
-		return nil
+			"does not fit ComputePlane %s (stored before the operator's webhook or its rule, or its class changed since): %s; suspended until it does: fix the release, or ask a platform operator to allow what it uses", plane.Name, notRouted)
+		return r.suspend(ctx, hr, true)
+	}
+	if err := r.suspend(ctx, hr, false); err != nil {
+		return err
 	}
 	if !controllerutil.ContainsFinalizer(hr, cpv1.PlacementFinalizer) {
 		patch := client.MergeFromWithOptions(hr.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -237,10 +277,29 @@ func (r *PlacementReconciler) deleting(ctx context.Context, hr *helmv2.HelmRelea
 	return nil
 }
 
-// notRouted judges a release's routing against its plane, once per generation of
-// either (a namespace with many releases is looked at whole on every change).
-func (r *PlacementReconciler) notRouted(hr *helmv2.HelmRelease, plane *cpv1.ComputePlane) (string, error) {
-	at := [2]int64{hr.Generation, plane.Generation}
+// suspend suspends a release that does not fit its plane, so that Flux applies nothing
+// of it (its credential is the plane's, shared with every release of the namespace), and
+// marks it so; it resumes only a release it suspended itself, once the release fits.
+func (r *PlacementReconciler) suspend(ctx context.Context, hr *helmv2.HelmRelease, suspend bool) error {
+	ours := hr.Annotations[SuspendedAnnotation] != ""
+	if suspend && hr.Spec.Suspend || !suspend && !ours {
+		// Already suspended (by us, or by its owner: then it stays so), or not ours to resume.
+		return nil
+	}
+	patch := client.MergeFromWithOptions(hr.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	hr.Spec.Suspend = suspend
+	if suspend {
+		metav1.SetMetaDataAnnotation(&hr.ObjectMeta, SuspendedAnnotation, PlacementNotRoutedReason)
+	} else {
+		delete(hr.Annotations, SuspendedAnnotation)
+	}
+	return client.IgnoreNotFound(r.Patch(ctx, hr, patch, client.FieldOwner(PlacementFieldOwner)))
+}
+
+// notRouted judges a release against its plane and class, once per generation of each
+// (a namespace with many releases is looked at whole on every change).
+func (r *PlacementReconciler) notRouted(hr *helmv2.HelmRelease, plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) (string, error) {
+	at := [3]int64{hr.Generation, plane.Generation, class.Generation}
 	r.mu.Lock()
 	t, ok := r.told[hr.UID]
 	r.mu.Unlock()
@@ -252,7 +311,7 @@ func (r *PlacementReconciler) notRouted(hr *helmv2.HelmRelease, plane *cpv1.Comp
 		return "", err
 	}
 	found := ""
-	if errs := routingErrors(obj, routeFor(plane)); len(errs) > 0 {
+	if errs := placementErrors(obj, plane, class.Spec.PlacementReleases.SourceNamespaces); len(errs) > 0 {
 		found = errs.ToAggregate().Error()
 	}
 	r.mu.Lock()

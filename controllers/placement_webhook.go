@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"reflect"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -15,9 +19,9 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
 
-// Paths of the placement webhooks (config/webhook/placement.yaml registers them, with
-// an object selector on the placement label, so no other HelmRelease ever waits on the
-// operator).
+// Paths of the placement webhooks (config/webhook/placement.yaml registers them: the
+// mutating one for placement releases only, the validating one for every HelmRelease and
+// Kustomization outside the platform's own namespaces).
 const (
 	PlacementMutatePath   = "/mutate-placement-helmrelease"
 	PlacementValidatePath = "/validate-placement-helmrelease"
@@ -27,8 +31,11 @@ const (
 // ever lacks its routing: the mutating half fills in what a release leaves out and adds
 // the placement finalizer; the validating half (after every mutation) refuses anything
 // else, a release in a namespace with no ComputePlane, one created for a plane being
-// deleted, and the label's removal. Both work on the JSON object, not Flux's Go types,
-// so fields newer than this build's Flux API (a kubeConfig.configMapRef, say) are seen.
+// deleted, a chart source outside the namespaces its class allows, and the label's
+// removal. The validating half also judges every other HelmRelease and Kustomization:
+// none may name a plane's applier kubeconfig. Both work on the JSON object, not Flux's Go
+// types, so fields newer than this build's Flux API (a kubeConfig.configMapRef, say) are
+// seen.
 type PlacementWebhook struct {
 	// Reader reads ComputePlanes from the API, not a cache: a plane created a moment
 	// ago counts.
@@ -80,26 +87,33 @@ func (w *PlacementWebhook) validate(ctx context.Context, req admission.Request) 
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
+	var old map[string]any
 	if req.Operation == admissionv1.Update {
-		old, err := decode(req.OldObject.Raw)
-		if err != nil {
+		if old, err = decode(req.OldObject.Raw); err != nil {
 			return admission.Errored(http.StatusBadRequest, err)
 		}
-		if isPlacement(old) && !isPlacement(obj) {
+	}
+	if req.Kind.Kind != "HelmRelease" || !isPlacement(obj) {
+		if old != nil && req.Kind.Kind == "HelmRelease" && isPlacement(old) {
 			return admission.Denied(fmt.Sprintf("the %s=%s label cannot be removed from a placement release (it would be applied elsewhere); delete the release instead",
 				cpv1.PlacementLabel, cpv1.PlacementLabelValue))
 		}
-		if isPlacement(obj) && sameRouting(old, obj) {
-			// Routing was judged when it was set; Flux's own updates (finalizers, a
-			// release whose plane has gone) must not depend on the plane.
+		return w.validateReferences(ctx, req, obj)
+	}
+	wasPlacement := old != nil && isPlacement(old)
+	if wasPlacement {
+		if reflect.DeepEqual(old["spec"], obj["spec"]) {
+			// Metadata only (Flux's finalizers): judged when the spec was set, and must not
+			// depend on the plane (a release whose plane has gone).
 			return admission.Allowed("")
 		}
-		if isPlacement(obj) && nested(obj, "metadata", "deletionTimestamp") != nil {
-			return admission.Denied("a placement release being deleted keeps its routing until it is uninstalled from the plane")
+		if nested(obj, "metadata", "deletionTimestamp") != nil {
+			if onlySuspendChanged(old, obj) {
+				// The operator unsuspends a deleted release so that Flux uninstalls it.
+				return admission.Allowed("")
+			}
+			return admission.Denied("a placement release being deleted keeps its spec until it is uninstalled from the plane")
 		}
-	}
-	if !isPlacement(obj) {
-		return admission.Allowed("")
 	}
 	plane, err := w.planeOf(ctx, req.Namespace)
 	if err != nil {
@@ -112,11 +126,78 @@ func (w *PlacementWebhook) validate(ctx context.Context, req admission.Request) 
 	if req.Operation == admissionv1.Create && !plane.DeletionTimestamp.IsZero() {
 		return admission.Denied(fmt.Sprintf("ComputePlane %s/%s is being deleted; it takes no new placement releases", plane.Namespace, plane.Name))
 	}
-	if errs := routingErrors(obj, routeFor(plane)); len(errs) > 0 {
+	sources, err := w.sourceNamespaces(ctx, plane)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	errs := placementErrors(obj, plane, sources)
+	if wasPlacement && !unsuspends(old, obj) {
+		// Refused for what the update introduces; resuming a release that does not fit is
+		// judged whole (the placement controller suspended it for a reason).
+		errs = newErrors(errs, placementErrors(old, plane, sources))
+	}
+	if len(errs) > 0 {
 		return admission.Denied(fmt.Sprintf("placement release %s/%s must be routed into ComputePlane %s only: %s",
 			req.Namespace, req.Name, plane.Name, errs.ToAggregate().Error()))
 	}
 	return admission.Allowed("")
+}
+
+// validateReferences judges a Flux object that is not a placement release (any other
+// HelmRelease, a Kustomization): it may not name a plane's applier kubeconfig anywhere.
+// Objects that name nothing like one, almost all of them, are allowed without a read.
+func (w *PlacementWebhook) validateReferences(ctx context.Context, req admission.Request, obj map[string]any) admission.Response {
+	suspects := suspectNames(obj)
+	if len(suspects) == 0 || nested(obj, "metadata", "deletionTimestamp") != nil {
+		// A deleted object only loses finalizers; it can no longer be applied anywhere.
+		return admission.Allowed("")
+	}
+	var planes cpv1.ComputePlaneList
+	if err := w.Reader.List(ctx, &planes, client.InNamespace(req.Namespace)); err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing the ComputePlanes of %q: %w", req.Namespace, err))
+	}
+	if errs := credentialErrors(req.Kind.Kind, false, suspects, planes.Items); len(errs) > 0 {
+		return admission.Denied(fmt.Sprintf("%s %s/%s: %s", req.Kind.Kind, req.Namespace, req.Name, errs.ToAggregate().Error()))
+	}
+	return admission.Allowed("")
+}
+
+// placementErrors is everything wrong with a placement release for its plane: its
+// routing, any other mention of the plane's credential, its sources. Pure.
+func placementErrors(obj map[string]any, plane *cpv1.ComputePlane, sources []string) field.ErrorList {
+	errs := routingErrors(obj, routeFor(plane))
+	errs = append(errs, credentialErrors("HelmRelease", true, suspectNames(obj), []cpv1.ComputePlane{*plane})...)
+	return append(errs, sourceErrors(obj, plane.Namespace, sources)...)
+}
+
+// sourceNamespaces is what the plane's class lets placement releases use besides their
+// own namespace; nothing when the class is gone (the plane is not Ready then either).
+func (w *PlacementWebhook) sourceNamespaces(ctx context.Context, plane *cpv1.ComputePlane) ([]string, error) {
+	class := &cpv1.ComputePlaneClass{}
+	if err := w.Reader.Get(ctx, client.ObjectKey{Name: plane.Spec.ClassName}, class); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading ComputePlaneClass %q: %w", plane.Spec.ClassName, err)
+	}
+	return class.Spec.PlacementReleases.SourceNamespaces, nil
+}
+
+// onlySuspendChanged reports whether two versions of a release differ in spec.suspend
+// alone.
+func onlySuspendChanged(old, obj map[string]any) bool {
+	without := func(o map[string]any) map[string]any {
+		spec, _ := o["spec"].(map[string]any)
+		spec = maps.Clone(spec)
+		delete(spec, "suspend")
+		return spec
+	}
+	return reflect.DeepEqual(without(old), without(obj))
+}
+
+// unsuspends reports whether an update resumes a suspended release.
+func unsuspends(old, obj map[string]any) bool {
+	return nested(old, "spec", "suspend") == true && nested(obj, "spec", "suspend") != true
 }
 
 // planeOf returns the ComputePlane of a namespace (the oldest live one; a plane being

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -501,37 +502,24 @@ func TestDeletionWaitsForClusterAPI(t *testing.T) {
 	}
 }
 
-// TestTenantNamespacePlacement: for platforms that filter what tenants see, the class
-// may keep infrastructure in the tenant namespace; objects are then owned by the plane,
-// and teardown never deletes the tenant's namespace.
-func TestTenantNamespacePlacement(t *testing.T) {
+// TestAttackTenantNamespacePlacementRefused: infrastructure in the tenant namespace put
+// Kamaji's admin kubeconfig where a tenant's HelmRelease or Kustomization could name it
+// (kubeConfig.secretRef) and be applied as the plane's super-admin. The mode is gone: a
+// class asking for it is refused at admission.
+func TestAttackTenantNamespacePlacementRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	class := newClass("inplace-"+rand.String(6), func(c *cpv1.ComputePlaneClass) {
-		c.Spec.Infrastructure.Placement = cpv1.TenantNamespace
-	})
-	p := planeWithClass(t, ctx, class, withGroup("workers", medium))
-	ns := p.Namespace
-	key := client.ObjectKeyFromObject(p)
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
-	cluster := &clusterv1.Cluster{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "plane"}, cluster); err != nil {
+	class := newClass("inplace-" + rand.String(6))
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(class)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cluster.OwnerReferences) != 1 || cluster.OwnerReferences[0].Kind != "ComputePlane" || cluster.OwnerReferences[0].Name != "plane" {
-		t.Errorf("Cluster owner references = %+v", cluster.OwnerReferences)
-	}
-	if err := k8s.Get(ctx, client.ObjectKey{Name: infraOf(p)}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
-		t.Errorf("a dedicated namespace was created for a TenantNamespace class (err=%v)", err)
-	}
-	if err := k8s.Delete(ctx, p); err != nil {
+	obj := &unstructured.Unstructured{Object: u}
+	obj.SetGroupVersionKind(cpv1.GroupVersion.WithKind("ComputePlaneClass"))
+	if err := unstructured.SetNestedField(obj.Object, "TenantNamespace", "spec", "infrastructure", "placement"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, settle, planeGone(ctx, key))
-	nsObj := &corev1.Namespace{}
-	if err := k8s.Get(ctx, client.ObjectKey{Name: ns}, nsObj); err != nil || !nsObj.DeletionTimestamp.IsZero() {
-		t.Errorf("teardown touched the tenant namespace (err=%v, deleting=%v)", err, !nsObj.DeletionTimestamp.IsZero())
-	}
+	denied(t, k8s.Create(ctx, obj), `spec.infrastructure.placement: Unsupported value: "TenantNamespace": supported values: "DedicatedNamespace"`)
 }
 
 // TestInfrastructureNamespaceLabelsRestored: the labels the operator renders on a plane's

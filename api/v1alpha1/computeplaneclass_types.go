@@ -8,18 +8,21 @@ import (
 )
 
 // InfrastructurePlacement says where a plane's infrastructure objects live.
-// +kubebuilder:validation:Enum=DedicatedNamespace;TenantNamespace
+//
+// There is one placement, DedicatedNamespace. Infrastructure in the tenant namespace
+// (TenantNamespace, removed) put Kamaji's and Cluster API's Secrets (the admin
+// kubeconfig, CA keys) where any tenant object can name them without reading them: a
+// HelmRelease or Kustomization kubeConfig, valuesFrom, postBuild.substituteFrom, and
+// whatever field the next Flux release adds. Hiding Secrets from tenants does not stop a
+// tenant naming one. A class stored with it reports its planes Valid=False.
+// +kubebuilder:validation:Enum=DedicatedNamespace
 type InfrastructurePlacement string
 
 const (
 	// DedicatedNamespace keeps the Cluster API objects, Kamaji's Secrets (the admin
 	// kubeconfig among them), the VMs and the system add-on releases in an operator-owned
-	// namespace per plane, out of the tenant's reach. The default, because a tenant can
-	// usually read Secrets in its own namespace.
+	// namespace per plane, out of the tenant's reach: no tenant object can name them.
 	DedicatedNamespace InfrastructurePlacement = "DedicatedNamespace"
-	// TenantNamespace keeps them in the tenant namespace, for platforms that already hide
-	// such objects from tenants.
-	TenantNamespace InfrastructurePlacement = "TenantNamespace"
 )
 
 // PodSecurityLevel is a Pod Security Standards level.
@@ -111,6 +114,30 @@ type ComputePlaneClassSpec struct {
 	// operator creates in a plane for placement releases.
 	// +optional
 	PlacementNamespaces PlacementNamespaceDefaults `json:"placementNamespaces,omitempty"`
+
+	// PlacementReleases is what the placement releases of this class's planes may use on
+	// the management cluster.
+	// +optional
+	PlacementReleases PlacementReleasePolicy `json:"placementReleases,omitempty"`
+}
+
+// PlacementReleasePolicy bounds what a placement release (a tenant's HelmRelease applied
+// into its plane) may reference on the management cluster.
+type PlacementReleasePolicy struct {
+	// SourceNamespaces lists the namespaces, besides the release's own, whose chart
+	// sources (spec.chartRef, spec.chart.spec.sourceRef) a placement release may use:
+	// typically the platform's public catalogue (for example cozy-public). Another
+	// tenant's namespace must never be listed: Flux fetches a source with its namespace's
+	// credentials, so naming it installs that tenant's private chart into this plane.
+	// Unset: the release's own namespace only. Checked at admission, and again by the
+	// placement controller: a release whose source a class change no longer allows is
+	// suspended and reported (event NotRouted) until it fits again.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:items:MaxLength=63
+	SourceNamespaces []string `json:"sourceNamespaces,omitempty"`
 }
 
 // ControlPlaneProfile is the Kamaji control plane of each plane.
@@ -137,9 +164,9 @@ type ControlPlaneProfile struct {
 
 // InfrastructureProfile places a plane's infrastructure.
 type InfrastructureProfile struct {
-	// Placement is DedicatedNamespace (default: an operator-owned namespace per plane,
-	// named <namespacePrefix><tenant namespace>-<first 8 hex digits of the plane's UID>,
-	// the readable part shortened when too long) or TenantNamespace.
+	// Placement is DedicatedNamespace (the default and only value): an operator-owned
+	// namespace per plane, named <namespacePrefix><tenant namespace>-<first 8 hex digits
+	// of the plane's UID>, the readable part shortened when too long.
 	// +optional
 	// +kubebuilder:default=DedicatedNamespace
 	Placement InfrastructurePlacement `json:"placement,omitempty"`

@@ -32,9 +32,8 @@ const (
 	AdminKubeconfigKey = "super-admin.svc"
 )
 
-// InfrastructureNamespace is where a plane's infrastructure lives: the tenant namespace
-// itself, or (the default) a dedicated, operator-owned namespace
-// <prefix><tenant namespace>-<uid8>, where uid8 is the first 8 hex digits of the plane's
+// InfrastructureNamespace is where a plane's infrastructure lives: a dedicated,
+// operator-owned namespace <prefix><tenant namespace>-<uid8>, where uid8 is the first 8 hex digits of the plane's
 // UID and the readable part is shortened with a hash when the whole would pass 63
 // characters.
 //
@@ -46,9 +45,6 @@ const (
 // creates the namespace itself, marks it with the full UID (PlaneUIDLabel) and uses no
 // namespace without that mark.
 func InfrastructureNamespace(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) string {
-	if class.Spec.Infrastructure.Placement == cpv1.TenantNamespace {
-		return plane.Namespace
-	}
 	suffix := ""
 	if uid := strings.ReplaceAll(strings.ToLower(string(plane.UID)), "-", ""); len(uid) >= 8 {
 		suffix = "-" + uid[:8]

@@ -9,8 +9,7 @@ import (
 
 // Graph is a plane's infrastructure, in apply order.
 type Graph struct {
-	// Namespace is the dedicated infrastructure namespace, nil when the class places
-	// infrastructure in the tenant namespace.
+	// Namespace is the dedicated infrastructure namespace.
 	Namespace *corev1.Namespace
 	// Objects are applied in order: the control plane and infrastructure before the
 	// Cluster that references them, templates before the MachineDeployments that use them.
@@ -28,15 +27,13 @@ func Plane(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, workerVersio
 		return nil, err
 	}
 	g := &Graph{NodeGroups: groups}
-	if class.Spec.Infrastructure.Placement != cpv1.TenantNamespace {
-		ns := &corev1.Namespace{}
-		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
-		ns.Name = InfrastructureNamespace(plane, class)
-		// The infrastructure runs VMs (virt-launcher pods), which need more than
-		// restricted; tenants have no access to this namespace at all.
-		ns.Labels = merge(PlaneLabels(plane), map[string]string{"pod-security.kubernetes.io/enforce": "privileged"})
-		g.Namespace = ns
-	}
+	ns := &corev1.Namespace{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	ns.Name = InfrastructureNamespace(plane, class)
+	// The infrastructure runs VMs (virt-launcher pods), which need more than
+	// restricted; tenants have no access to this namespace at all.
+	ns.Labels = merge(PlaneLabels(plane), map[string]string{"pod-security.kubernetes.io/enforce": "privileged"})
+	g.Namespace = ns
 	g.Objects = append(g.Objects, KamajiControlPlane(plane, class), KubevirtCluster(plane, class), Cluster(plane, class))
 	for _, ng := range groups {
 		g.Objects = append(g.Objects, ng.MachineTemplate, ng.BootstrapTemplate, ng.MachineDeployment)

@@ -52,7 +52,6 @@ func TestInfrastructureNamespace(t *testing.T) {
 	}{
 		{"dedicated", plane("tenant-a", "3f2a9c1b-0000-4000-8000-000000000001"), classWith("cp-", cpv1.DedicatedNamespace), "cp-tenant-a-3f2a9c1b"},
 		{"uid case and dashes", plane("tenant-a", "3F2A-9C1B-0000"), classWith("cp-", cpv1.DedicatedNamespace), "cp-tenant-a-3f2a9c1b"},
-		{"tenant namespace", plane("tenant-a", "3f2a9c1b-0000"), classWith("cp-", cpv1.TenantNamespace), "tenant-a"},
 	}
 	for _, tc := range cases {
 		if got := InfrastructureNamespace(tc.plane, tc.class); got != tc.want {
@@ -88,16 +87,15 @@ func TestPlaneGraph(t *testing.T) {
 	cases := []struct {
 		name       string
 		groups     map[string]cpv1.NodeGroup
-		tenantNS   bool
 		wantKinds  []string
 		wantGroups int
 	}{
-		{"no node groups", nil, false,
+		{"no node groups", nil,
 			[]string{"KamajiControlPlane", "KubevirtCluster", "Cluster", "HelmRelease"}, 0},
-		{"one node group", map[string]cpv1.NodeGroup{"workers": medium}, false,
+		{"one node group", map[string]cpv1.NodeGroup{"workers": medium},
 			[]string{"KamajiControlPlane", "KubevirtCluster", "Cluster",
 				"KubevirtMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment", "HelmRelease"}, 1},
-		{"several, sorted", map[string]cpv1.NodeGroup{"b": medium, "a": medium}, true,
+		{"several, sorted", map[string]cpv1.NodeGroup{"b": medium, "a": medium},
 			[]string{"KamajiControlPlane", "KubevirtCluster", "Cluster",
 				"KubevirtMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment",
 				"KubevirtMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment", "HelmRelease"}, 2},
@@ -105,9 +103,6 @@ func TestPlaneGraph(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			class := testClass()
-			if tc.tenantNS {
-				class.Spec.Infrastructure.Placement = cpv1.TenantNamespace
-			}
 			g, err := Plane(testPlane(tc.groups), class, class.Spec.KubernetesVersion)
 			if err != nil {
 				t.Fatal(err)
@@ -122,8 +117,8 @@ func TestPlaneGraph(t *testing.T) {
 			if strings.Join(kinds, ",") != strings.Join(tc.wantKinds, ",") {
 				t.Errorf("kinds = %v, want %v", kinds, tc.wantKinds)
 			}
-			if (g.Namespace == nil) != tc.tenantNS {
-				t.Errorf("namespace = %v, tenant placement %v", g.Namespace, tc.tenantNS)
+			if g.Namespace == nil || g.Namespace.Name != InfrastructureNamespace(testPlane(tc.groups), class) {
+				t.Errorf("namespace = %v, want the dedicated infrastructure namespace", g.Namespace)
 			}
 			if len(g.NodeGroups) != tc.wantGroups {
 				t.Errorf("node groups = %d, want %d", len(g.NodeGroups), tc.wantGroups)

@@ -61,6 +61,10 @@ var UpstreamCRDs = []UpstreamCRDSource{
 	{Module: "github.com/fluxcd/helm-controller", Version: "v1.6.2", Files: []string{
 		"config/crd/bases/helm.toolkit.fluxcd.io_helmreleases.yaml",
 	}},
+	// Kustomizations name kubeconfig and substitution Secrets too: admission judges them.
+	{Module: "github.com/fluxcd/kustomize-controller", Version: "v1.6.0", Files: []string{
+		"config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml",
+	}},
 	{Module: "github.com/fluxcd/source-controller", Version: "v1.9.0", Files: []string{
 		"config/crd/bases/source.toolkit.fluxcd.io_helmrepositories.yaml",
 		"config/crd/bases/source.toolkit.fluxcd.io_helmcharts.yaml",
