@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -85,7 +84,7 @@ func nodeGroup(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, version,
 	kct.Namespace = ns
 	kct.Labels = groupLabels
 	kct.Spec.Template.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs = []bootstrapv1.Arg{
-		{Name: "node-labels", Value: ptr.To(nodeLabels(name, g.Roles))},
+		{Name: "node-labels", Value: ptr.To(nodeLabels(name))},
 	}
 	kct.Name = fitName(mdName+"-"+hashOf(kct.Spec)[:8], 63)
 
@@ -96,7 +95,7 @@ func nodeGroup(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, version,
 	md.Labels = groupLabels
 	md.Spec.ClusterName = cluster
 	md.Spec.Selector.MatchLabels = map[string]string{ClusterNameLabel: cluster, NodeGroupLabel: name}
-	md.Spec.Template.ObjectMeta.Labels = groupLabels
+	md.Spec.Template.ObjectMeta.Labels = merge(groupLabels, roleLabels(g.Roles))
 	md.Spec.Template.Spec.ClusterName = cluster
 	md.Spec.Template.Spec.Version = version
 	md.Spec.Template.Spec.Bootstrap.ConfigRef = clusterv1.ContractVersionedObjectReference{
@@ -198,15 +197,36 @@ func wholeCores(q resource.Quantity) (uint32, error) {
 	return uint32(milli / 1000), nil
 }
 
-// nodeLabels are the kubelet's --node-labels: the node group and one
-// node-role.kubernetes.io label per role.
-func nodeLabels(group string, roles []string) string {
-	labels := []string{NodeGroupLabel + "=" + group}
-	for _, r := range roles {
-		labels = append(labels, "node-role.kubernetes.io/"+r+"=")
+// nodeLabels are the kubelet's --node-labels: the node group only. The kubelet refuses
+// to start with any kubernetes.io or k8s.io label outside the few it may set on its own
+// Node (node-role.kubernetes.io among the refused), so roles go through Cluster API
+// instead (roleLabels).
+func nodeLabels(group string) string {
+	return NodeGroupLabel + "=" + group
+}
+
+// NodeRoleLabelPrefix is the domain of the role labels; Cluster API syncs every label
+// of that domain from a Machine to its Node.
+const NodeRoleLabelPrefix = "node-role.kubernetes.io"
+
+// roleLabels are one node-role.kubernetes.io/<role> label per role, set on the
+// MachineDeployment's machine template: Cluster API copies them to the Machines, and
+// from each Machine to its Node once the Node has joined (GetManagedLabels in
+// sigs.k8s.io/cluster-api v1.14.2 util/labels/helpers.go, called from
+// core/reconcilers/machine/machine_controller_noderef.go, always syncs the
+// node-role.kubernetes.io, node-restriction.kubernetes.io and node.cluster.x-k8s.io
+// domains). A change of roles is propagated in place, without a rollout (labels are
+// not among the rollout fields: MachineTemplateDeepCopyRolloutFields in
+// core/reconcilers/machinedeployment/mdutil/util.go).
+func roleLabels(roles []string) map[string]string {
+	if len(roles) == 0 {
+		return nil
 	}
-	sort.Strings(labels[1:])
-	return strings.Join(labels, ",")
+	out := make(map[string]string, len(roles))
+	for _, r := range roles {
+		out[NodeRoleLabelPrefix+"/"+r] = ""
+	}
+	return out
 }
 
 func toAny(m map[string]string) map[string]any {

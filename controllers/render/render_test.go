@@ -186,8 +186,12 @@ func TestNodeGroupRendering(t *testing.T) {
 		t.Errorf("worker version = %q", v)
 	}
 	if got := *gp.BootstrapTemplate.Spec.Template.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs[0].Value; got !=
-		"computeplane.cozystack.io/node-group=gpu,node-role.kubernetes.io/gpu=,node-role.kubernetes.io/worker=" {
+		"computeplane.cozystack.io/node-group=gpu" {
 		t.Errorf("node labels = %q", got)
+	}
+	if got := gp.MachineDeployment.Spec.Template.Labels; got["node-role.kubernetes.io/gpu"] != "" || got["node-role.kubernetes.io/worker"] != "" ||
+		len(got) != len(gp.MachineDeployment.Labels)+2 {
+		t.Errorf("machine template labels = %v, want the group's labels and the two roles", got)
 	}
 
 	// No SSH from the provider into the VMs: their ingress default deny would refuse it.
