@@ -27,19 +27,6 @@ func routeFor(p *cpv1.ComputePlane) placementRoute {
 	return placementRoute{namespace: p.Namespace, secret: ApplierSecretName(p), targets: targets}
 }
 
-// routingFields are the HelmRelease fields that decide where and as whom a release is
-// applied. Values (`values`, `valuesFrom`) are not among them: they only feed the chart,
-// whose rendered objects the plane's hardening and the deployer's RBAC hold, wherever
-// they say they go.
-var routingFields = [][]string{
-	{"spec", "kubeConfig"},
-	{"spec", "serviceAccountName"},
-	{"spec", "targetNamespace"},
-	{"spec", "storageNamespace"},
-	{"spec", "install", "createNamespace"},
-	{"spec", "postRenderers"},
-}
-
 // isPlacement reports whether a HelmRelease (as a JSON object) is a placement release.
 func isPlacement(obj map[string]any) bool {
 	labels, _ := nested(obj, "metadata", "labels").(map[string]any)
@@ -97,17 +84,11 @@ func routingErrors(obj map[string]any, r placementRoute) field.ErrorList {
 		errs = append(errs, field.Forbidden(spec.Child("postRenderers"),
 			"post-renderers could change where, and as whom, the rendered objects are applied; use the chart's values"))
 	}
-	return errs
-}
-
-// sameRouting reports whether two versions of a release agree on every routing field.
-func sameRouting(a, b map[string]any) bool {
-	for _, path := range routingFields {
-		if !reflect.DeepEqual(nested(a, path...), nested(b, path...)) {
-			return false
-		}
+	if dp, ok := nested(obj, "spec", "uninstall", "deletionPropagation").(string); ok && dp != "background" && dp != "foreground" {
+		errs = append(errs, field.NotSupported(spec.Child("uninstall", "deletionPropagation"), dp, []string{"background", "foreground"}))
+		errs[len(errs)-1].Detail += "; an uninstall that orphans the release's pods would leave its workload running in the plane"
 	}
-	return true
+	return errs
 }
 
 func nested(obj map[string]any, path ...string) any {

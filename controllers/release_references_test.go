@@ -58,6 +58,9 @@ func TestHelmReleaseFieldsAreJudged(t *testing.T) {
 		{"install.createNamespace", `{"install":{"createNamespace":true}}`, "spec.install.createNamespace: Forbidden", ""},
 		{"commonMetadata (labels in the plane, held by its policies)", `{"commonMetadata":{"labels":{"a":"b"}}}`, "", ""},
 		{"releaseName", `{"releaseName":"other"}`, "", ""},
+		{"uninstall.deletionPropagation orphan", `{"uninstall":{"deletionPropagation":"orphan"}}`,
+			`spec.uninstall.deletionPropagation: Unsupported value: "orphan": supported values: "background", "foreground"`, ""},
+		{"uninstall.deletionPropagation foreground", `{"uninstall":{"deletionPropagation":"foreground"}}`, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.field, func(t *testing.T) {

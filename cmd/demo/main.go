@@ -206,6 +206,16 @@ func run(ctx context.Context, stay, verbose bool) error {
 		"create", "--dry-run=server", "-f", "-")); err != nil {
 		return fmt.Errorf("a placement release as another identity: %w", err)
 	}
+	step("...so is one whose chart is another tenant's source (the class allows cozy-public alone)")
+	if err := refused(kubectlStdin(`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"borrowed","namespace":"tenant-demo","labels":{"computeplane.cozystack.io/placement":"ComputePlane"}},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"private","namespace":"tenant-other"}}}`,
+		"create", "--dry-run=server", "-f", "-")); err != nil {
+		return fmt.Errorf("a placement release with another tenant's chart source: %w", err)
+	}
+	step("...and an unlabelled release routed by hand with the plane's credential, to skip the gate")
+	if err := refused(kubectlStdin(`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"by-hand","namespace":"tenant-demo"},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"jupyter","namespace":"cozy-public"},"kubeConfig":{"secretRef":{"name":"demo-applier-kubeconfig","key":"value"}},"serviceAccountName":"computeplane-deployer"}}`,
+		"create", "--dry-run=server", "-f", "-")); err != nil {
+		return fmt.Errorf("an unlabelled release naming the applier kubeconfig: %w", err)
+	}
 
 	step("A per-Service grant needs both sides: the plane asks for postgres (spec.serviceAccess); the Service appears")
 	if err := showGrants(ctx, mgmt.Client, kubectl, key); err != nil {

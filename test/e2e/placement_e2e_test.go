@@ -112,6 +112,8 @@ func run(m *testing.M) int {
 			ChartRef: cpv1.AddonChartRef{Kind: "OCIRepository", Name: "cilium", Namespace: "cozy-system"}}},
 		PodSecurity: cpv1.PodSecurityProfile{ExemptNamespaces: []string{"kube-system"}},
 		NodeGroups:  cpv1.NodeGroupLimits{MaxGroups: 4, MaxReplicas: 5, InstanceTypes: []string{"u1.medium"}},
+		// The suite's charts, as a platform's public catalogue.
+		PlacementReleases: cpv1.PlacementReleasePolicy{SourceNamespaces: []string{chartsNamespace}},
 	}}
 	if err := k8s.Create(ctx, class); err != nil {
 		fmt.Fprintln(os.Stderr, err)
