@@ -76,6 +76,9 @@ type ComputePlaneReconciler struct {
 	progress map[client.ObjectKey]int
 	// grantsMem is the grant policy each plane last had applied.
 	grantsMem grantsMemory
+	// applierMem is the digest of each plane's applier Secret as last written or
+	// verified.
+	applierMem applierMemory
 	// secrets is what the operator needs to bind its Secret rights per namespace.
 	secrets secretAccess
 	// writes keeps a reconcile from working on a cached plane older than its own last
@@ -196,6 +199,7 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.credentials.Forget(req.NamespacedName)
 			r.recordTeardownProgress(req.NamespacedName, -1)
 			r.writes.forget(req.NamespacedName)
+			r.applierMem.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -205,6 +209,7 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		r.Planes.Remove(req.NamespacedName)
 		r.credentials.Forget(req.NamespacedName)
 		r.writes.forget(req.NamespacedName)
+		r.applierMem.forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	if r.writes.behind(req.NamespacedName, plane.ResourceVersion, time.Now()) {

@@ -40,15 +40,21 @@ func ApplierSecretName(p *cpv1.ComputePlane) string { return p.Name + "-applier-
 // back (content, not existence: an added rule or subject grants something), and keeps
 // the applier kubeconfig Secret in the tenant namespace: a token from the TokenRequest
 // API with a bounded lifetime, replaced once two thirds of it have passed, or at once
-// when the applier ServiceAccount was recreated. Identities that were verified and are
-// found changed are reported Drifted first, then restored.
+// when the applier ServiceAccount was recreated or the Secret's content is not what the
+// operator wrote. Identities (the Secret among them) that were verified and are found
+// changed are reported Drifted first, then restored.
 func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *scope) (ctrl.Result, error) {
 	p := s.plane
 	key := client.ObjectKeyFromObject(p)
 	if s.quiet {
 		// Read in full not long ago, nothing changed since, and the token is not due
-		// (Settled was told when it is).
-		return ctrl.Result{}, nil
+		// (Settled was told when it is). The applier Secret is no watched object (the
+		// operator watches no Secret) and the tenant may write it, so every pass looks at
+		// it: found as the operator last left it, the pass is done; otherwise it is read
+		// in full below.
+		if asLeft, err := r.applierSecretAsLeft(ctx, p); err != nil || asLeft {
+			return ctrl.Result{}, err
+		}
 	}
 	plane, err := r.Planes.Get(ctx, key, s.admin)
 	if err != nil {
@@ -86,13 +92,33 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 		}
 	}
 
-	expires, conflict, err := r.ensureApplierSecret(ctx, s, plane)
+	found, err := r.inspectApplierSecret(ctx, s, plane)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if conflict != "" {
-		s.observe(cpv1.IdentitiesCondition, stageTerminal(IdentitiesFailedReason, "%s", conflict))
+	if found.conflict != "" {
+		s.observe(cpv1.IdentitiesCondition, stageTerminal(IdentitiesFailedReason, "%s", found.conflict))
 		return ctrl.Result{RequeueAfter: r.jitter()}, nil
+	}
+	if found.changed != "" {
+		what := fmt.Sprintf("Secret %s/%s (%s)", p.Namespace, ApplierSecretName(p), found.changed)
+		if wasVerified {
+			// Flux may already be applying with what the Secret now holds: the gate closes
+			// (revoking the applier's tokens) and a new credential is written.
+			return r.reportDrift(s, key, cpv1.IdentitiesCondition, []string{what}, func() {
+				s.observe(cpv1.IdentitiesCondition, stageFalse(DriftedReason, "%s changed; restoring", what))
+			}), nil
+		}
+		if wait := r.Planes.RepairWait(key, time.Now()); wait > 0 {
+			s.waiting = true
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+	}
+	expires := found.expires
+	if found.rewrite() {
+		if expires, err = r.writeApplierSecret(ctx, s, plane, found); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	r.Planes.SetVerified(key, cpv1.IdentitiesCondition, true)
 	rotateAt := expires.Add(-r.TokenLifetime / 3)
@@ -124,48 +150,130 @@ func unverifiedIdentities(ctx context.Context, c client.Client, objs []client.Ob
 	return out, nil
 }
 
-// ensureApplierSecret issues a new token when the Secret is missing, its token is past
-// two thirds of its lifetime, or it belongs to an earlier applier ServiceAccount. It
-// returns when the token in the Secret expires, or why it cannot write the Secret (one
-// of that name exists and is not this plane's: never adopted).
-func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *scope, plane *remote.Plane) (time.Time, string, error) {
+// applierFound is what inspectApplierSecret found of the applier Secret.
+type applierFound struct {
+	// secret as read; nil when there is none.
+	secret *corev1.Secret
+	// conflict: a Secret of that name exists and is not this plane's (never adopted).
+	conflict string
+	// changed says how the content differs from what the operator wrote ("" if not).
+	changed string
+	// due: the token is past two thirds of its lifetime or belongs to an earlier
+	// applier ServiceAccount, or the kubeconfig was written against an earlier admin
+	// credential whose server or CA it no longer matches.
+	due bool
+	// expires is when the Secret's token expires, when it is neither changed nor due.
+	expires time.Time
+}
+
+// rewrite: the Secret is missing, changed or due for a new token.
+func (f applierFound) rewrite() bool { return f.secret == nil || f.changed != "" || f.due }
+
+// inspectApplierSecret reads the applier Secret and compares it with what the operator
+// writes: its content (applierSecretMismatch, skipped when it is exactly as last found
+// or written), and whether its token is due.
+func (r *ComputePlaneReconciler) inspectApplierSecret(ctx context.Context, s *scope, plane *remote.Plane) (applierFound, error) {
 	p := s.plane
 	sa := &corev1.ServiceAccount{}
 	if err := plane.Client.Get(ctx, client.ObjectKey{Namespace: remote.ApplierNamespace, Name: remote.ApplierName}, sa); err != nil {
-		return time.Time{}, "", err
+		return applierFound{}, err
 	}
 	secret := &corev1.Secret{}
-	secrets := r.secretsIn(ctx, p.Namespace)
-	err := secrets.get(ApplierSecretName(p), secret)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return time.Time{}, "", err
+	switch err := r.secretsIn(ctx, p.Namespace).get(ApplierSecretName(p), secret); {
+	case apierrors.IsNotFound(err):
+		return applierFound{}, nil
+	case err != nil:
+		return applierFound{}, err
 	}
-	exists := err == nil
-	if exists && !metav1.IsControlledBy(secret, p) {
-		return time.Time{}, fmt.Sprintf("Secret %s/%s exists and was not created for this ComputePlane; the operator never overwrites it: delete or rename it", p.Namespace, secret.Name), nil
+	if !metav1.IsControlledBy(secret, p) {
+		return applierFound{conflict: fmt.Sprintf("Secret %s/%s exists and was not created for this ComputePlane; the operator never overwrites it: delete or rename it", p.Namespace, secret.Name)}, nil
 	}
-	if exists {
-		expires, perr := time.Parse(time.RFC3339, secret.Annotations[TokenExpiresAtAnnotation])
-		if perr == nil && secret.Annotations[ApplierUIDAnnotation] == string(sa.UID) &&
-			time.Until(expires) > r.TokenLifetime/3 && len(secret.Data[ApplierKubeconfigKey]) > 0 {
-			return expires, "", nil
+	found := applierFound{secret: secret}
+	key := client.ObjectKeyFromObject(p)
+	want := applierWant{
+		labels:     applierLabels(p),
+		kubeconfig: func(token string) ([]byte, error) { return remote.ApplierKubeconfig(s.admin, token) },
+	}
+	switch ours, admin := r.applierMem.recall(key, secret); {
+	case ours && admin == s.admin.Hash:
+		// Exactly as written or last verified: nothing to parse.
+	case ours:
+		// As the operator wrote it, against an earlier admin credential: a new server or
+		// CA makes it due, no drift.
+		if applierSecretMismatch(secret, want) != "" {
+			found.due = true
+			return found, nil
 		}
+		r.applierMem.remember(key, secret, s.admin.Hash)
+	default:
+		if found.changed = applierSecretMismatch(secret, want); found.changed != "" {
+			return found, nil
+		}
+		r.applierMem.remember(key, secret, s.admin.Hash)
 	}
+	expires, perr := time.Parse(time.RFC3339, secret.Annotations[TokenExpiresAtAnnotation])
+	found.due = perr != nil || secret.Annotations[ApplierUIDAnnotation] != string(sa.UID) || time.Until(expires) <= r.TokenLifetime/3
+	found.expires = expires
+	return found, nil
+}
 
+// ensureApplierSecret makes the applier Secret hold a current credential of the
+// operator's making, writing it when it is missing, changed or due, without reporting
+// drift: for the teardown, which needs Flux to uninstall. It returns when the token
+// expires, or why it cannot write the Secret.
+func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *scope, plane *remote.Plane) (time.Time, string, error) {
+	found, err := r.inspectApplierSecret(ctx, s, plane)
+	if err != nil || found.conflict != "" {
+		return time.Time{}, found.conflict, err
+	}
+	if !found.rewrite() {
+		return found.expires, "", nil
+	}
+	expires, err := r.writeApplierSecret(ctx, s, plane, found)
+	return expires, "", err
+}
+
+// applierSecretAsLeft reports whether the applier Secret is exactly as the operator
+// last wrote or found it: one read of it, no parse.
+func (r *ComputePlaneReconciler) applierSecretAsLeft(ctx context.Context, p *cpv1.ComputePlane) (bool, error) {
+	secret := &corev1.Secret{}
+	switch err := r.secretsIn(ctx, p.Namespace).get(ApplierSecretName(p), secret); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	// A quiet pass saw no change of the admin credential (it is in the plane's
+	// fingerprint), so the content alone decides.
+	ours, _ := r.applierMem.recall(client.ObjectKeyFromObject(p), secret)
+	return metav1.IsControlledBy(secret, p) && ours, nil
+}
+
+// applierLabels are the labels of the applier Secret: the plane's, and Flux's watch
+// label (Flux re-reads a Secret with it as soon as it changes).
+func applierLabels(p *cpv1.ComputePlane) map[string]string {
+	labels := render.PlaneLabels(p)
+	labels["reconcile.fluxcd.io/watch"] = "Enabled"
+	return labels
+}
+
+// writeApplierSecret issues a new token and writes the applier Secret with it (creates
+// it when found none), and remembers what it wrote. It returns when the token expires.
+func (r *ComputePlaneReconciler) writeApplierSecret(ctx context.Context, s *scope, plane *remote.Plane, found applierFound) (time.Time, error) {
+	p := s.plane
 	token, err := remote.IssueApplierToken(ctx, plane.Client, r.TokenLifetime)
 	if err != nil {
-		return time.Time{}, "", err
+		return time.Time{}, err
 	}
 	kubeconfig, err := remote.ApplierKubeconfig(s.admin, token.Token)
 	if err != nil {
-		return time.Time{}, "", err
+		return time.Time{}, err
 	}
-	if !exists {
+	secret := found.secret
+	if secret == nil {
 		secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: ApplierSecretName(p)}}
 	}
-	secret.Labels = render.PlaneLabels(p)
-	// Flux re-reads a Secret with this label as soon as it changes.
-	secret.Labels["reconcile.fluxcd.io/watch"] = "Enabled"
+	secret.Labels = applierLabels(p)
 	secret.Annotations = map[string]string{
 		TokenExpiresAtAnnotation: token.ExpiresAt.UTC().Format(time.RFC3339),
 		ApplierUIDAnnotation:     token.ServiceAccountUID,
@@ -173,20 +281,22 @@ func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *sco
 	secret.Type = corev1.SecretTypeOpaque
 	secret.Data = map[string][]byte{ApplierKubeconfigKey: kubeconfig}
 	if err := controllerutil.SetControllerReference(p, secret, r.Scheme()); err != nil {
-		return time.Time{}, "", err
+		return time.Time{}, err
 	}
-	if exists {
+	secrets := r.secretsIn(ctx, p.Namespace)
+	if found.secret != nil {
 		err = secrets.update(secret)
 	} else {
 		err = secrets.create(secret)
 	}
 	if err != nil {
-		return time.Time{}, "", err
+		return time.Time{}, err
 	}
+	r.applierMem.remember(client.ObjectKeyFromObject(p), secret, s.admin.Hash)
 	credentialsIssued.Inc()
 	r.Events.Eventf(p, nil, corev1.EventTypeNormal, "CredentialIssued", "Issue",
 		"Applier kubeconfig %s issued, valid until %s", secret.Name, token.ExpiresAt.UTC().Format(time.RFC3339))
-	return token.ExpiresAt, "", nil
+	return token.ExpiresAt, nil
 }
 
 // revokeApplierCredential closes the gate's credential: it deletes the applier

@@ -1,0 +1,209 @@
+package controllers
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/computeplane/remote"
+)
+
+// The applier Secret lives in the tenant namespace, where the tenant may write Secrets
+// (the built-in edit role allows it), and Flux applies with whatever it holds. So its
+// content is compared with what the operator writes, not only its expiry annotation:
+// a kubeconfig pointed at another server (the management API, another plane) or holding
+// another credential is drift.
+
+// tokenExpiryTolerance is how far the token's own expiry (its exp claim) may be from
+// the one the Secret announces: the plane's API server stamps the two from separate
+// reads of its clock.
+const tokenExpiryTolerance = time.Minute
+
+// applierWant is what the operator writes into the applier Secret, and so what it
+// compares the Secret with.
+type applierWant struct {
+	// labels the Secret carries (the plane's and Flux's watch label).
+	labels map[string]string
+	// kubeconfig is the kubeconfig the operator writes for a token: the plane's server
+	// and CA, that token as the only credential.
+	kubeconfig func(token string) ([]byte, error)
+}
+
+// applierSecretMismatch says how the Secret differs from what the operator writes into
+// it, or "" if it does not: only the key Flux reads, holding exactly the kubeconfig the
+// operator builds for the token in it, that token the applier ServiceAccount's (of the
+// UID the Secret's annotation names) and expiring when the annotation says, and the
+// operator's labels. Whether that ServiceAccount is still the current one, and the
+// token not due, is the rotation's question, not this one.
+func applierSecretMismatch(secret *corev1.Secret, want applierWant) string {
+	if secret.Type != corev1.SecretTypeOpaque {
+		return "type " + string(secret.Type)
+	}
+	if keys := slices.Sorted(maps.Keys(secret.Data)); len(keys) != 1 || keys[0] != ApplierKubeconfigKey {
+		return fmt.Sprintf("keys %v", keys)
+	}
+	for k, v := range want.labels {
+		if got, ok := secret.Labels[k]; !ok || got != v {
+			return "label " + k
+		}
+	}
+	uid := secret.Annotations[ApplierUIDAnnotation]
+	if uid == "" {
+		return "annotation " + ApplierUIDAnnotation
+	}
+	expires, err := time.Parse(time.RFC3339, secret.Annotations[TokenExpiresAtAnnotation])
+	if err != nil {
+		return "annotation " + TokenExpiresAtAnnotation
+	}
+	value := secret.Data[ApplierKubeconfigKey]
+	token, err := kubeconfigToken(value)
+	if err != nil {
+		return "kubeconfig: " + err.Error()
+	}
+	if why := applierTokenMismatch(token, uid, expires); why != "" {
+		return "token: " + why
+	}
+	built, err := want.kubeconfig(token)
+	if err != nil {
+		return "kubeconfig: " + err.Error()
+	}
+	if !bytes.Equal(built, value) {
+		// Server, CA, TLS settings, proxies, exec plugins, token files: anything not
+		// written by the operator.
+		return "kubeconfig: not the plane's server, CA and applier token alone"
+	}
+	return ""
+}
+
+// kubeconfigToken is the bearer token of the kubeconfig's current context.
+func kubeconfigToken(kubeconfig []byte) (string, error) {
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return "", fmt.Errorf("does not parse: %w", err)
+	}
+	ctx, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok {
+		return "", fmt.Errorf("no current context")
+	}
+	user, ok := cfg.AuthInfos[ctx.AuthInfo]
+	if !ok || user.Token == "" {
+		return "", fmt.Errorf("no token")
+	}
+	return user.Token, nil
+}
+
+// serviceAccountClaims are the claims of a Kubernetes ServiceAccount token the operator
+// compares (k8s.io/kubernetes pkg/serviceaccount/claims.go).
+type serviceAccountClaims struct {
+	Subject string `json:"sub"`
+	Expiry  int64  `json:"exp"`
+	K8s     struct {
+		ServiceAccount struct {
+			UID string `json:"uid"`
+		} `json:"serviceaccount"`
+	} `json:"kubernetes.io"`
+}
+
+// applierTokenMismatch says why token is not a token of the plane's applier
+// ServiceAccount (uid) expiring at expires, or "". The signature is not checked here:
+// the plane checks it on every request, and a forged token only fails there. What this
+// catches is a genuine token of another identity (another ServiceAccount of the plane),
+// or of an earlier applier, put in its place.
+func applierTokenMismatch(token, uid string, expires time.Time) string {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return "not a JWT"
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return "not a JWT"
+	}
+	var c serviceAccountClaims
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return "not a JWT"
+	}
+	if want := "system:serviceaccount:" + remote.ApplierNamespace + ":" + remote.ApplierName; c.Subject != want {
+		return "issued to " + c.Subject
+	}
+	if c.K8s.ServiceAccount.UID != uid {
+		return "issued to an earlier " + remote.ApplierName
+	}
+	if d := time.Unix(c.Expiry, 0).Sub(expires); d > tokenExpiryTolerance || d < -tokenExpiryTolerance {
+		return "expires at " + time.Unix(c.Expiry, 0).UTC().Format(time.RFC3339) + ", not as annotated"
+	}
+	return ""
+}
+
+// applierDigest identifies the content of an applier Secret that applierSecretMismatch
+// looks at, so a Secret already found as written is not parsed again.
+func applierDigest(secret *corev1.Secret) [sha256.Size]byte {
+	h := sha256.New()
+	field := func(s string) {
+		fmt.Fprintf(h, "%d:%s", len(s), s)
+	}
+	field(string(secret.Type))
+	for _, k := range slices.Sorted(maps.Keys(secret.Data)) {
+		field(k)
+		field(string(secret.Data[k]))
+	}
+	for _, k := range slices.Sorted(maps.Keys(secret.Labels)) {
+		field(k)
+		field(secret.Labels[k])
+	}
+	field(secret.Annotations[ApplierUIDAnnotation])
+	field(secret.Annotations[TokenExpiresAtAnnotation])
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// applierMemory remembers, per plane, the digest of the applier Secret as the operator
+// last wrote or verified it, and the admin credential (its Hash) it was compared with:
+// about 100 bytes a plane, never the token. A pass that finds the same content against
+// the same credential needs no parse; a restarted operator verifies once by content.
+type applierMemory struct {
+	mu   sync.Mutex
+	seen map[client.ObjectKey]applierSeen
+}
+
+type applierSeen struct {
+	sum   [sha256.Size]byte
+	admin string
+}
+
+func (m *applierMemory) remember(key client.ObjectKey, secret *corev1.Secret, admin string) {
+	seen := applierSeen{sum: applierDigest(secret), admin: admin}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.seen == nil {
+		m.seen = map[client.ObjectKey]applierSeen{}
+	}
+	m.seen[key] = seen
+}
+
+// recall says whether the Secret is exactly as last remembered for the plane (ours),
+// and the admin credential it was compared with then.
+func (m *applierMemory) recall(key client.ObjectKey, secret *corev1.Secret) (ours bool, admin string) {
+	sum := applierDigest(secret)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	last, ok := m.seen[key]
+	return ok && last.sum == sum, last.admin
+}
+
+func (m *applierMemory) forget(key client.ObjectKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.seen, key)
+}
