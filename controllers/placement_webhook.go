@@ -7,6 +7,8 @@ import (
 	"maps"
 	"net/http"
 	"reflect"
+	"slices"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -152,11 +154,25 @@ func (w *PlacementWebhook) validateReferences(ctx context.Context, req admission
 		// A deleted object only loses finalizers; it can no longer be applied anywhere.
 		return admission.Allowed("")
 	}
-	var planes cpv1.ComputePlaneList
-	if err := w.Reader.List(ctx, &planes, client.InNamespace(req.Namespace)); err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing the ComputePlanes of %q: %w", req.Namespace, err))
+	// A suspect names the plane it would be the credential of: read that plane alone (a
+	// read of one object comes from etcd at once; a consistent list waits for the watch
+	// cache to catch up, up to 100 ms on a busy apiserver).
+	var planes []cpv1.ComputePlane
+	for _, s := range suspects {
+		p := cpv1.ComputePlane{}
+		key := client.ObjectKey{Namespace: req.Namespace, Name: strings.TrimSuffix(s.value, applierSecretSuffix)}
+		if key.Name == "" || slices.ContainsFunc(planes, func(q cpv1.ComputePlane) bool { return q.Name == key.Name }) {
+			continue
+		}
+		switch err := w.Reader.Get(ctx, key, &p); {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading ComputePlane %s: %w", key, err))
+		}
+		planes = append(planes, p)
 	}
-	if errs := credentialErrors(req.Kind.Kind, false, suspects, planes.Items); len(errs) > 0 {
+	if errs := credentialErrors(req.Kind.Kind, false, suspects, planes); len(errs) > 0 {
 		return admission.Denied(fmt.Sprintf("%s %s/%s: %s", req.Kind.Kind, req.Namespace, req.Name, errs.ToAggregate().Error()))
 	}
 	return admission.Allowed("")
