@@ -303,10 +303,12 @@ func (r *ComputePlaneReconciler) writeApplierSecret(ctx context.Context, s *scop
 // kubeconfig Secret (every release that references it then fails closed: Flux applies
 // nothing anywhere) and, when the plane answers, the applier ServiceAccount and its
 // impersonation bindings in the plane, so any copy of a token (a tenant can read the
-// Secret while the gate is open) stops working at once. Both halves run whether or not
-// the other still had something to remove: a tenant that copied the token and deleted the
-// Secret does not keep the token alive. It reads before it writes, so a closed gate costs
-// no write; reopening the gate recreates the identities and issues a new token.
+// Secret while the gate is open) stops working at once, and the deployer's
+// ServiceAccount, so no token requested for the deployer while the gate was open keeps
+// writing either. Both halves run whether or not the other still had something to
+// remove: a tenant that copied the token and deleted the Secret does not keep the token
+// alive. It reads before it writes, so a closed gate costs no write; reopening the gate
+// recreates the identities (the deployer with a new UID) and issues a new token.
 func (r *ComputePlaneReconciler) revokeApplierCredential(ctx context.Context, s *scope) error {
 	p := s.plane
 	var revoked []string
@@ -333,7 +335,7 @@ func (r *ComputePlaneReconciler) revokeApplierCredential(ctx context.Context, s 
 			r.Planes.SetVerified(client.ObjectKeyFromObject(p), cpv1.IdentitiesCondition, false)
 		}
 		if err != nil {
-			unbound = fmt.Sprintf("; the plane refused removing the applier (%v), so its token stays valid until it expires or the plane answers", err)
+			unbound = fmt.Sprintf("; the plane refused removing the applier or the deployer (%v), so their tokens stay valid until they expire or the plane answers", err)
 		}
 	} else if len(revoked) > 0 {
 		unbound = "; the plane does not answer, so the applier's token is taken away when it does (it is useless until then)"

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -71,7 +72,10 @@ func Identities(deployerNamespaces, targetNamespaces []string, podExec bool, lab
 	deployers := sorted(deployerNamespaces)
 	var subjects []rbacv1.Subject
 	for _, dns := range deployers {
-		sa := &corev1.ServiceAccount{}
+		// Flux impersonates the deployer and needs no token of it; a pod that names it
+		// is refused anyway (the deployer-credentials policy), so this only keeps its
+		// token out of pods should that policy ever be missing.
+		sa := &corev1.ServiceAccount{AutomountServiceAccountToken: ptr.To(false)}
 		sa.Namespace, sa.Name = dns, DeployerName
 		add(sa, core("ServiceAccount"))
 		subjects = append(subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: dns, Name: DeployerName})

@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -158,7 +160,8 @@ func TestDeployerRulesPodExecOnlyWhenAllowed(t *testing.T) {
 
 // TestRevokeApplierKillsCopiedTokens: a token the tenant copied works until revocation,
 // then never again (the ServiceAccount it is bound to is gone), whether or not the
-// Secret it came in still exists; objects without the plane's labels are left alone.
+// Secret it came in still exists; so does a token requested for the deployer itself;
+// objects without the plane's labels are left alone.
 func TestRevokeApplierKillsCopiedTokens(t *testing.T) {
 	scheme := testScheme(t)
 	plane, err := testenv.StartTenant(scheme)
@@ -197,20 +200,49 @@ func TestRevokeApplierKillsCopiedTokens(t *testing.T) {
 	if err := deploy(); err != nil {
 		t.Fatalf("the issued token does not work before revocation: %v", err)
 	}
+	// A token of the deployer itself (a plane admin may request one).
+	deployerSA := &corev1.ServiceAccount{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "tenant-a", Name: remote.DeployerName}, deployerSA); err != nil {
+		t.Fatal(err)
+	}
+	tr := &authenticationv1.TokenRequest{}
+	if err := c.SubResource("token").Create(ctx, deployerSA, tr); err != nil {
+		t.Fatal(err)
+	}
+	dcfg := rest.CopyConfig(plane.Config)
+	dcfg.CertData, dcfg.KeyData, dcfg.BearerToken = nil, nil, tr.Status.Token
+	asDeployer := kubernetes.NewForConfigOrDie(dcfg)
+	deployAsDeployer := func() error {
+		_, err := asDeployer.CoreV1().ConfigMaps("tenant-a").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "x-"}},
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	if err := deployAsDeployer(); err != nil {
+		t.Fatalf("the deployer's token does not work before revocation: %v", err)
+	}
 
 	// Another plane's labels: nothing is removed.
 	if removed, err := remote.RevokeApplier(ctx, c, []string{"tenant-a"}, map[string]string{"computeplane.cozystack.io/uid": "u2"}); err != nil || len(removed) != 0 {
 		t.Fatalf("revoking for another plane removed %v (err=%v)", removed, err)
 	}
 	removed, err := remote.RevokeApplier(ctx, c, []string{"tenant-a"}, labels)
-	if err != nil || len(removed) != 2 {
-		t.Fatalf("removed %v (err=%v), want the applier ServiceAccount and its binding", removed, err)
+	want := "ServiceAccount computeplane-system/computeplane-applier, RoleBinding tenant-a/computeplane-applier, ServiceAccount tenant-a/computeplane-deployer"
+	if err != nil || strings.Join(removed, ", ") != want {
+		t.Fatalf("removed %v (err=%v), want %s", removed, err, want)
 	}
 	// The apiserver caches a token's authentication for up to 10 s.
 	deadline := time.Now().Add(30 * time.Second)
 	for err := deploy(); err == nil || !strings.Contains(err.Error(), "Unauthorized"); err = deploy() {
 		if time.Now().After(deadline) {
 			t.Fatalf("a copied token still works after revocation: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// A token requested for the deployer itself died with its ServiceAccount.
+	deadline = time.Now().Add(30 * time.Second)
+	for err := deployAsDeployer(); err == nil || !strings.Contains(err.Error(), "Unauthorized"); err = deployAsDeployer() {
+		if time.Now().After(deadline) {
+			t.Fatalf("a deployer token still works after revocation: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

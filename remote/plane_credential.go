@@ -57,39 +57,37 @@ func ApplierKubeconfig(admin *AdminCredential, token string) ([]byte, error) {
 	return clientcmd.Write(*out)
 }
 
-// RevokeApplier takes the applier's standing in the plane away: it deletes the applier
-// ServiceAccount, so every token ever issued for it stops working as soon as the plane's
-// apiserver's caches see it gone (milliseconds; the burst test measures it) (a bound
-// token names its ServiceAccount's UID, which a recreated account does not have), and
-// its impersonation bindings. A copied token is then worthless whether or not the
-// applier Secret still exists. It touches only objects carrying labels (the plane's),
-// reads before it deletes (a revoked plane costs no write) and returns what it removed.
+// RevokeApplier takes the applier's and the deployers' standing in the plane away: it
+// deletes the applier ServiceAccount, so every token ever issued for it stops working as
+// soon as the plane's apiserver's caches see it gone (milliseconds; the burst test
+// measures it) (a bound token names its ServiceAccount's UID, which a recreated account
+// does not have), its impersonation bindings, and the deployers' ServiceAccounts, so a
+// token requested for a deployer while the gate was open (by a plane admin, say) dies
+// the same way. A copied token
+// is then worthless whether or not the applier Secret still exists. The identities
+// stage recreates them all (new UIDs) when the gate reopens; Flux impersonates the
+// deployer by name, and its RoleBindings name it, so placement works again at once. It
+// touches only objects carrying labels (the plane's), reads before it deletes (a
+// revoked plane costs no write) and returns what it removed.
 func RevokeApplier(ctx context.Context, c client.Client, deployerNamespaces []string, labels map[string]string) ([]string, error) {
-	objs := []client.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ApplierNamespace, Name: ApplierName}}}
+	return DeleteOwned(ctx, c, revokedObjects(deployerNamespaces), labels)
+}
+
+// revokedObjects are what RevokeApplier removes, the applier first (its tokens are the
+// ones a tenant can read).
+func revokedObjects(deployerNamespaces []string) []client.Object {
+	sa := func(ns, name string) client.Object {
+		o := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		o.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
+		return o
+	}
+	objs := []client.Object{sa(ApplierNamespace, ApplierName)}
 	for _, ns := range sorted(deployerNamespaces) {
-		objs = append(objs, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ApplierName}})
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ApplierName}}
+		binding.SetGroupVersionKind(rbacv1.SchemeGroupVersion.WithKind("RoleBinding"))
+		objs = append(objs, binding, sa(ns, DeployerName))
 	}
-	var removed []string
-	for _, o := range objs {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return removed, err
-		}
-		if !hasLabels(o.GetLabels(), labels) || o.GetDeletionTimestamp() != nil {
-			continue
-		}
-		if err := client.IgnoreNotFound(c.Delete(ctx, o, client.Preconditions{UID: ptr.To(o.GetUID())})); err != nil {
-			return removed, err
-		}
-		kind := "RoleBinding"
-		if _, ok := o.(*corev1.ServiceAccount); ok {
-			kind = "ServiceAccount"
-		}
-		removed = append(removed, fmt.Sprintf("%s %s/%s", kind, o.GetNamespace(), o.GetName()))
-	}
-	return removed, nil
+	return objs
 }
 
 // DeleteOwned deletes those of objs that exist and carry labels (the plane's: nothing

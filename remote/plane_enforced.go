@@ -19,8 +19,10 @@ import (
 // neither the operator nor an exempt ServiceAccount, so every policy applies to it.
 const CanaryUser = "computeplane:admission-canary"
 
-// CanaryServiceAccount is what the canary's pod runs as (it is never created: the
-// requests are dry runs); it has no rights and mounts no token.
+// CanaryServiceAccount is what the pod hardening canary's pod runs as (the pod is never
+// created: the requests are dry runs); it has no rights and mounts no token. The
+// deployer-credentials canary's pod runs as the operator namespace's ServiceAccount of
+// the deployer's name, which has no rights either (Posture.PlacementObjects).
 const CanaryServiceAccount = "computeplane-canary"
 
 // Unenforced returns the policies the plane's API server does not enforce yet. A policy
@@ -78,6 +80,15 @@ func canaryProbes(labels map[string]string) []canaryProbe {
 	binding := &rbacv1.RoleBinding{ObjectMeta: meta, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:unauthenticated"}}}
 	forged := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ApplierNamespace, Name: "computeplane-canary-forged", Labels: labels}}
+	// Admitted by Pod Security at any level and by the pod hardening: only what it runs
+	// as refuses it (a token Secret for the deployer would be refused by
+	// service-account-tokens too, and the refusal names either policy).
+	asDeployer := &corev1.Pod{ObjectMeta: meta, Spec: corev1.PodSpec{ServiceAccountName: DeployerName,
+		AutomountServiceAccountToken: ptr.To(false),
+		SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		Containers: []corev1.Container{{Name: "c", Image: "canary", SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}}}}
 	return []canaryProbe{
 		{"pod-security-labels", psa},
 		{"pod-hardening", pod},
@@ -87,5 +98,6 @@ func canaryProbes(labels map[string]string) []canaryProbe {
 		{"service-account-tokens", token},
 		{"rolebinding-subjects", binding},
 		{"operator-objects", forged},
+		{"deployer-credentials", asDeployer},
 	}
 }

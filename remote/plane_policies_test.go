@@ -163,6 +163,18 @@ func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 		want string
 	}{
 		{"deleting the operator's ServiceAccount", func() error { return mallory.Delete(ctx, owned(), dry) }, "only the operator may create, change or delete it"},
+		// Nothing runs as the deployer or holds a token of it, the operator included: the
+		// gate's closing must leave nothing writing with its rights.
+		{"a pod running as the deployer", func() error {
+			return mallory.Create(ctx, pod("as-deployer", func(p *corev1.Pod) { p.Spec.ServiceAccountName = remote.DeployerName }), dry)
+		}, "Pods may not run as the ComputePlane deployer"},
+		{"a pod running as the deployer, as the operator", func() error {
+			return operator.Create(ctx, pod("as-deployer", func(p *corev1.Pod) { p.Spec.ServiceAccountName = remote.DeployerName }), dry)
+		}, "Pods may not run as the ComputePlane deployer"},
+		{"a token Secret for the deployer, as the operator", func() error {
+			return operator.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "deployer-forever",
+				Annotations: map[string]string{corev1.ServiceAccountNameKey: remote.DeployerName}}, Type: corev1.SecretTypeServiceAccountToken}, dry)
+		}, "ServiceAccount token Secrets for the ComputePlane deployer"},
 		{"unlabelling the operator's Role", func() error {
 			r := &rbacv1.Role{}
 			if err := mallory.Get(ctx, client.ObjectKeyFromObject(ownedRole), r); err != nil {

@@ -99,8 +99,8 @@ func (p Posture) isOperatorNamespace(name string) bool {
 }
 
 // PlacementObjects are the placement namespaces with their quota and limit range, and
-// the operator's own namespaces (with the ServiceAccount the admission canary's pod
-// names: a pod needs an existing ServiceAccount before any policy looks at it).
+// the operator's own namespaces (with the ServiceAccounts the admission canary's pods
+// name: a pod needs an existing ServiceAccount before any policy looks at it).
 func (p Posture) PlacementObjects() []client.Object {
 	names := append([]string(nil), p.PlacementNamespaces...)
 	sort.Strings(names)
@@ -108,10 +108,16 @@ func (p Posture) PlacementObjects() []client.Object {
 	for _, name := range OperatorNamespaces {
 		out = append(out, p.LabelledNamespace(name, p.Labels))
 	}
-	canary := &corev1.ServiceAccount{AutomountServiceAccountToken: ptr.To(false)}
-	canary.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
-	canary.Namespace, canary.Name, canary.Labels = ApplierNamespace, CanaryServiceAccount, p.Labels
-	out = append(out, canary)
+	// The canaries' pods run as computeplane-canary (pod hardening) and as a
+	// ServiceAccount of the deployer's name (deployer-credentials). Neither has rights or
+	// mounts a token, and no one may impersonate them: the applier may impersonate only
+	// the deployers of the deployer namespaces, never the operator's own.
+	for _, name := range []string{CanaryServiceAccount, DeployerName} {
+		canary := &corev1.ServiceAccount{AutomountServiceAccountToken: ptr.To(false)}
+		canary.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
+		canary.Namespace, canary.Name, canary.Labels = ApplierNamespace, name, p.Labels
+		out = append(out, canary)
+	}
 	for _, name := range names {
 		extra := map[string]string{PlacementLabel: "true"}
 		for k, v := range p.Labels {
@@ -285,7 +291,38 @@ func (p Posture) policies() []policy {
 				Message:    "RoleBindings in a ComputePlane may bind only ServiceAccounts of their own namespace",
 			}},
 		},
+		{
+			// No match condition: pods are created by controllers (the ReplicaSet
+			// controller's ServiceAccount lives in an exempt namespace), and neither the
+			// operator nor an add-on ever needs a pod or a token of the deployer.
+			name:   "deployer-credentials",
+			reason: "Flux impersonates the deployer only while the plane's gate is open; a pod running as the deployer (with its token mounted) or a non-expiring token Secret minted for it would keep applying with the deployer's rights after the gate closes. Refused to everyone, the operator included, in every namespace.",
+			rules: append(rules([]string{""}, []string{"pods"}, admissionv1.Create),
+				rules([]string{""}, []string{"secrets"}, admissionv1.Create, admissionv1.Update)...),
+			validations: []admissionv1.Validation{
+				{
+					Expression: "request.resource.resource != 'pods' || " + namesNotDeployer("object.spec", "serviceAccountName", "serviceAccount"),
+					Message:    "Pods may not run as the ComputePlane deployer (" + DeployerName + "): it deploys only through the operator's gate",
+				},
+				{
+					Expression: fmt.Sprintf("request.resource.resource != 'secrets' || !has(object.type) || object.type != 'kubernetes.io/service-account-token' || !has(object.metadata.annotations) || !(%[1]s in object.metadata.annotations) || object.metadata.annotations[%[1]s] != %[2]s",
+						quote(corev1.ServiceAccountNameKey), quote(DeployerName)),
+					Message: "ServiceAccount token Secrets for the ComputePlane deployer (" + DeployerName + ") are not allowed: its tokens would outlive the operator's gate",
+				},
+			},
+		},
 	}
+}
+
+// namesNotDeployer is a CEL condition that none of the fields of obj (absent ones are
+// fine) names the deployer. A pod names its ServiceAccount in serviceAccountName and in
+// the deprecated serviceAccount alias, which the API server fills from each other.
+func namesNotDeployer(obj string, fields ...string) string {
+	parts := make([]string, 0, len(fields))
+	for _, f := range fields {
+		parts = append(parts, fmt.Sprintf("!(has(%[1]s.%[2]s) && %[1]s.%[2]s == %[3]s)", obj, f, quote(DeployerName)))
+	}
+	return strings.Join(parts, " && ")
 }
 
 // namespaceDeleters are the identities Kubernetes deletes a namespace's objects as

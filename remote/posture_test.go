@@ -34,11 +34,18 @@ func TestPlacementObjects(t *testing.T) {
 	for _, o := range objs {
 		got = append(got, o.GetObjectKind().GroupVersionKind().Kind+" "+o.GetNamespace()+"/"+o.GetName())
 	}
-	want := "Namespace /computeplane-system,ServiceAccount computeplane-system/computeplane-canary,Namespace /notebooks,ResourceQuota notebooks/computeplane,Namespace /tenant-a,ResourceQuota tenant-a/computeplane"
+	want := "Namespace /computeplane-system,ServiceAccount computeplane-system/computeplane-canary,ServiceAccount computeplane-system/computeplane-deployer," +
+		"Namespace /notebooks,ResourceQuota notebooks/computeplane,Namespace /tenant-a,ResourceQuota tenant-a/computeplane"
 	if strings.Join(got, ",") != want {
 		t.Errorf("objects = %v, want %s (no LimitRange when the class sets none)", got, want)
 	}
-	ns := objs[2].(*corev1.Namespace)
+	for _, o := range objs {
+		// The canaries' ServiceAccounts hold no token a pod could use.
+		if sa, ok := o.(*corev1.ServiceAccount); ok && (sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken) {
+			t.Errorf("ServiceAccount %s mounts its token by default", sa.Name)
+		}
+	}
+	ns := objs[3].(*corev1.Namespace)
 	if ns.Labels[PlacementLabel] != "true" || ns.Labels["computeplane.cozystack.io/name"] != "p" || ns.Labels[PSAEnforce] != "restricted" {
 		t.Errorf("placement namespace labels = %v", ns.Labels)
 	}
@@ -73,6 +80,72 @@ func TestPolicies(t *testing.T) {
 	}
 	if len(hardening.Spec.MatchConditions) != 0 {
 		t.Error("pod hardening exempts an identity; it must hold for everyone, the operator included")
+	}
+}
+
+// TestDeployerCredentialsHoldForEveryone: pods are created by controllers (a
+// Deployment's by the ReplicaSet controller, an exempt namespace's ServiceAccount), so
+// the policy refusing pods and tokens of the deployer exempts no identity and no
+// namespace.
+func TestDeployerCredentialsHoldForEveryone(t *testing.T) {
+	var vap *admissionv1.ValidatingAdmissionPolicy
+	for _, o := range testPosture().Policies() {
+		if v, ok := o.(*admissionv1.ValidatingAdmissionPolicy); ok && v.Name == "computeplane-deployer-credentials" {
+			vap = v
+		}
+	}
+	if vap == nil {
+		t.Fatal("no computeplane-deployer-credentials policy")
+	}
+	mc := vap.Spec.MatchConstraints
+	if len(vap.Spec.MatchConditions) != 0 || len(mc.NamespaceSelector.MatchExpressions)+len(mc.NamespaceSelector.MatchLabels) != 0 ||
+		len(mc.ObjectSelector.MatchExpressions)+len(mc.ObjectSelector.MatchLabels) != 0 {
+		t.Errorf("the deployer-credentials policy exempts someone or somewhere: %+v %+v", vap.Spec.MatchConditions, mc)
+	}
+	var ops []string
+	for _, r := range mc.ResourceRules {
+		for _, op := range r.Operations {
+			ops = append(ops, strings.Join(r.Resources, ",")+":"+string(op))
+		}
+	}
+	if got := strings.Join(ops, " "); got != "pods:CREATE secrets:CREATE secrets:UPDATE" {
+		t.Errorf("the deployer-credentials policy covers %s", got)
+	}
+}
+
+func TestNamesNotDeployer(t *testing.T) {
+	for _, tc := range []struct {
+		fields []string
+		want   string
+	}{
+		{[]string{"serviceAccountName"}, "!(has(object.spec.serviceAccountName) && object.spec.serviceAccountName == 'computeplane-deployer')"},
+		{[]string{"serviceAccountName", "serviceAccount"}, "!(has(object.spec.serviceAccountName) && object.spec.serviceAccountName == 'computeplane-deployer') && " +
+			"!(has(object.spec.serviceAccount) && object.spec.serviceAccount == 'computeplane-deployer')"},
+	} {
+		if got := namesNotDeployer("object.spec", tc.fields...); got != tc.want {
+			t.Errorf("namesNotDeployer(%v) = %s, want %s", tc.fields, got, tc.want)
+		}
+	}
+}
+
+// TestCanaryProbesCoverEveryPolicy: the gate opens only once each policy refused its
+// canary's request, so every policy has exactly one probe, and every probe a policy.
+func TestCanaryProbesCoverEveryPolicy(t *testing.T) {
+	probes := map[string]int{}
+	for _, p := range canaryProbes(map[string]string{"computeplane.cozystack.io/name": "p"}) {
+		probes[policyPrefix+p.policy]++
+		if p.obj.GetName() == "" {
+			t.Errorf("the %s probe has no name", p.policy)
+		}
+	}
+	for _, name := range PolicyNames() {
+		if probes[name] != 1 {
+			t.Errorf("%s has %d canary probes, want 1", name, probes[name])
+		}
+		delete(probes, name)
+	}
+	for name := range probes {
+		t.Errorf("a canary probe names %s, which is no policy", name)
 	}
 }
 

@@ -270,8 +270,8 @@ type EgressProfile struct {
 	// DeniedCIDRs are denied to the plane's VMs whatever else allows them, internet
 	// egress included: the management cluster's API addresses outside the cluster (a
 	// load balancer or VIP in front of it, which Cilium does not count as the
-	// kube-apiserver entity). Link-local addresses (169.254.0.0/16, cloud metadata among
-	// them) are always denied.
+	// kube-apiserver entity). Link-local addresses (169.254.0.0/16 and fe80::/10, cloud
+	// metadata among them) and the clouds' IPv6 metadata endpoints are always denied.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
