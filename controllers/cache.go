@@ -46,8 +46,11 @@ import (
 //     (uid, resourceVersion) it last found to match; a version it does not remember it
 //     reads in full from the API server (remote.Comparisons.Fresh), so a plane at rest
 //     costs no read, and the cache no copy of their specs;
-//   - of the HelmReleases only the placement releases (whole: the placement controller
-//     patches them); the operator's add-on releases have a cache of their own (addons.go)
+//   - of the HelmReleases only the placement releases, without what the placement
+//     controller never reads (spec.values, which a tenant may fill with a MiB per
+//     release, status but storageNamespace, annotations but the operator's); its merge
+//     patches are diffs of two copies of the cached object, so nothing dropped is ever
+//     written back. The operator's add-on releases have a cache of their own (addons.go)
 //     and the management cluster's other releases are cached by neither.
 //
 // No cached object keeps its managed fields. Every manager running the controllers
@@ -67,7 +70,8 @@ func CacheOptions() cache.Options {
 		&kamajiv1alpha1.TenantControlPlane{}: {Transform: controlPlaneStatus},
 		&bootstrapv1.KubeadmConfigTemplate{}: oursContentless,
 		&ciliumv2.CiliumNetworkPolicy{}:      oursContentless,
-		&helmv2.HelmRelease{}:                {Label: labels.SelectorFromSet(labels.Set{cpv1.PlacementLabel: cpv1.PlacementLabelValue})},
+		&helmv2.HelmRelease{}: {Label: labels.SelectorFromSet(labels.Set{cpv1.PlacementLabel: cpv1.PlacementLabelValue}),
+			Transform: placementRelease},
 	}
 	for _, gvk := range unstructuredKinds() {
 		u := &unstructured.Unstructured{}
@@ -179,6 +183,25 @@ func contentless(obj any) (any, error) {
 func identity(m metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion,
 		Generation: m.Generation, Labels: m.Labels, DeletionTimestamp: m.DeletionTimestamp}
+}
+
+// placementRelease keeps of a placement release what the placement controller reads:
+// identity, labels, finalizers, its own annotation, the spec but its values (routing,
+// sources, valuesFrom and suspend are judged), status.storageNamespace.
+func placementRelease(obj any) (any, error) {
+	hr, ok := obj.(*helmv2.HelmRelease)
+	if !ok {
+		return obj, nil
+	}
+	out := &helmv2.HelmRelease{TypeMeta: hr.TypeMeta, Spec: hr.Spec}
+	out.ObjectMeta = identity(hr.ObjectMeta)
+	out.Finalizers, out.CreationTimestamp = hr.Finalizers, hr.CreationTimestamp
+	if v, ok := hr.Annotations[SuspendedAnnotation]; ok {
+		out.Annotations = map[string]string{SuspendedAnnotation: v}
+	}
+	out.Spec.Values = nil
+	out.Status.StorageNamespace = hr.Status.StorageNamespace
+	return out, nil
 }
 
 // machineSetRefs keeps of a MachineSet what pruning old node group templates reads.

@@ -3,12 +3,14 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -210,7 +212,10 @@ func TestCachesHoldOnlyTheOperatorsReleases(t *testing.T) {
 	for _, o := range []client.Object{
 		release("theirs", nil),
 		release("addon", map[string]string{render.ManagedByLabel: render.ManagedByValue}),
-		placementRelease(p.Namespace, "app"),
+		placementRelease(p.Namespace, "app", func(hr *helmv2.HelmRelease) {
+			hr.Spec.Values = &apiextensionsv1.JSON{Raw: []byte(`{"blob":"` + strings.Repeat("x", 64<<10) + `"}`)}
+			hr.Annotations = map[string]string{"bulk": strings.Repeat("y", 64<<10)}
+		}),
 	} {
 		if err := k8s.Create(ctx, o); err != nil {
 			t.Fatal(err)
@@ -237,6 +242,18 @@ func TestCachesHoldOnlyTheOperatorsReleases(t *testing.T) {
 			}
 			return nil
 		})
+	}
+	// What a tenant may make large is not kept: the values, foreign annotations.
+	cached := &helmv2.HelmRelease{}
+	if err := reconciler.Client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: "app"}, cached); err != nil {
+		t.Fatal(err)
+	}
+	if cached.Spec.Values != nil || len(cached.Annotations) > 0 || len(cached.ManagedFields) > 0 {
+		t.Errorf("the cached placement release keeps its values (%v), annotations (%d) or managed fields",
+			cached.Spec.Values != nil, len(cached.Annotations))
+	}
+	if cached.Spec.KubeConfig == nil || cached.Spec.ServiceAccountName == "" || len(cached.Finalizers) == 0 {
+		t.Errorf("the cached placement release lost what the placement controller reads: %+v %v", cached.Spec, cached.Finalizers)
 	}
 }
 
