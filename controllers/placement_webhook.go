@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -29,6 +30,10 @@ const (
 	PlacementValidatePath = "/validate-placement-helmrelease"
 )
 
+// DefaultMaxPlacementReleases is the schema's default of a class's
+// spec.placementReleases.maxReleases, for a class stored before the field.
+const DefaultMaxPlacementReleases = 200
+
 // PlacementWebhook routes placement releases at admission, so no stored version of one
 // ever lacks its routing: the mutating half fills in what a release leaves out and adds
 // the placement finalizer; the validating half (after every mutation) refuses anything
@@ -42,6 +47,9 @@ type PlacementWebhook struct {
 	// Reader reads ComputePlanes from the API, not a cache: a plane created a moment
 	// ago counts.
 	Reader client.Reader
+	// Cache counts a plane's placement releases (the manager's cache, which holds them):
+	// a bound, where a few creates in flight past it do no harm.
+	Cache client.Reader
 }
 
 // SetupWithManager registers both halves with the manager's webhook server.
@@ -128,10 +136,16 @@ func (w *PlacementWebhook) validate(ctx context.Context, req admission.Request) 
 	if req.Operation == admissionv1.Create && !plane.DeletionTimestamp.IsZero() {
 		return admission.Denied(fmt.Sprintf("ComputePlane %s/%s is being deleted; it takes no new placement releases", plane.Namespace, plane.Name))
 	}
-	sources, err := w.sourceNamespaces(ctx, plane)
+	policy, err := w.releasePolicy(ctx, plane)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
+	if req.Operation == admissionv1.Create {
+		if resp := w.withinCap(ctx, plane, policy.MaxReleases); resp != nil {
+			return *resp
+		}
+	}
+	sources := policy.SourceNamespaces
 	errs := placementErrors(obj, plane, sources)
 	if wasPlacement && !unsuspends(old, obj) {
 		// Refused for what the update introduces; resuming a release that does not fit is
@@ -186,17 +200,43 @@ func placementErrors(obj map[string]any, plane *cpv1.ComputePlane, sources []str
 	return append(errs, sourceErrors(obj, plane.Namespace, sources)...)
 }
 
-// sourceNamespaces is what the plane's class lets placement releases use besides their
-// own namespace; nothing when the class is gone (the plane is not Ready then either).
-func (w *PlacementWebhook) sourceNamespaces(ctx context.Context, plane *cpv1.ComputePlane) ([]string, error) {
+// releasePolicy is what the plane's class lets its placement releases do; the defaults
+// when the class is gone (the plane is not Ready then either).
+func (w *PlacementWebhook) releasePolicy(ctx context.Context, plane *cpv1.ComputePlane) (cpv1.PlacementReleasePolicy, error) {
 	class := &cpv1.ComputePlaneClass{}
 	if err := w.Reader.Get(ctx, client.ObjectKey{Name: plane.Spec.ClassName}, class); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil
+			return cpv1.PlacementReleasePolicy{}, nil
 		}
-		return nil, fmt.Errorf("reading ComputePlaneClass %q: %w", plane.Spec.ClassName, err)
+		return cpv1.PlacementReleasePolicy{}, fmt.Errorf("reading ComputePlaneClass %q: %w", plane.Spec.ClassName, err)
 	}
-	return class.Spec.PlacementReleases.SourceNamespaces, nil
+	return class.Spec.PlacementReleases, nil
+}
+
+// withinCap refuses a placement release past the number its class allows per plane
+// (nil: within it). Unset (a class stored before the field) is the schema's default.
+func (w *PlacementWebhook) withinCap(ctx context.Context, plane *cpv1.ComputePlane, max int32) *admission.Response {
+	if max <= 0 {
+		max = DefaultMaxPlacementReleases
+	}
+	reader := w.Cache
+	if reader == nil {
+		reader = w.Reader
+	}
+	// The typed list: the cache's one HelmRelease informer (a metadata-only list would
+	// start a second one, of every HelmRelease); counted, never changed, so not copied.
+	var releases helmv2.HelmReleaseList
+	if err := reader.List(ctx, &releases, client.InNamespace(plane.Namespace),
+		client.MatchingLabels{cpv1.PlacementLabel: cpv1.PlacementLabelValue}, client.UnsafeDisableDeepCopy); err != nil {
+		resp := admission.Errored(http.StatusInternalServerError, fmt.Errorf("counting the placement releases of %q: %w", plane.Namespace, err))
+		return &resp
+	}
+	if n := len(releases.Items); n >= int(max) {
+		resp := admission.Denied(fmt.Sprintf("ComputePlane %s already has %d placement releases, the most its ComputePlaneClass %s allows (spec.placementReleases.maxReleases); delete one, or ask a platform operator for a class that allows more",
+			plane.Name, n, plane.Spec.ClassName))
+		return &resp
+	}
+	return nil
 }
 
 // onlySuspendChanged reports whether two versions of a release differ in spec.suspend

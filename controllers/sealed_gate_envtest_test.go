@@ -303,3 +303,34 @@ func TestAttackTenantBlanksPlacementStatus(t *testing.T) {
 	eventually(t, settle, releaseGone(ctx, hr))
 }
 
+
+// TestAttackTenantFloodsPlacementReleases: every placement release is one more for Flux to
+// reconcile and the operator to watch; a tenant creating them without end would load the
+// management cluster for everyone. The class bounds them per plane.
+func TestAttackTenantFloodsPlacementReleases(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := planeWithClass(t, ctx, newClass("flood-"+rand.String(6), func(c *cpv1.ComputePlaneClass) {
+		c.Spec.PlacementReleases.MaxReleases = 3
+	}))
+	tenant := fluxTenant(t, ctx, p.Namespace, "mallory")
+	for i := range 3 {
+		if err := tenant.Create(ctx, placementRelease(p.Namespace, fmt.Sprintf("app-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The count comes from the manager's cache: let it see the three.
+	eventually(t, settle, func() error {
+		var l helmv2.HelmReleaseList
+		if err := reconciler.Client.List(ctx, &l, client.InNamespace(p.Namespace)); err != nil || len(l.Items) != 3 {
+			return fmt.Errorf("the cache holds %d releases (err=%v)", len(l.Items), err)
+		}
+		return nil
+	})
+	denied(t, tenant.Create(ctx, placementRelease(p.Namespace, "one-more")),
+		"ComputePlane plane already has 3 placement releases, the most its ComputePlaneClass "+p.Spec.ClassName+" allows (spec.placementReleases.maxReleases)")
+	// Unlabelled releases are not the plane's.
+	if err := tenant.Create(ctx, placementRelease(p.Namespace, "local", func(hr *helmv2.HelmRelease) { hr.Labels = nil })); err != nil {
+		t.Errorf("an unlabelled release was counted: %v", err)
+	}
+}

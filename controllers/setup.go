@@ -81,7 +81,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*ComputePlaneRecon
 		if err := (&ComputePlaneValidator{Reader: mgr.GetAPIReader()}).SetupWebhookWithManager(mgr); err != nil {
 			return nil, err
 		}
-		(&PlacementWebhook{Reader: mgr.GetAPIReader()}).SetupWithManager(mgr)
+		(&PlacementWebhook{Reader: mgr.GetAPIReader(), Cache: mgr.GetClient()}).SetupWithManager(mgr)
 	}
 	return r, nil
 }

@@ -118,6 +118,7 @@ type ComputePlaneClassSpec struct {
 	// PlacementReleases is what the placement releases of this class's planes may use on
 	// the management cluster.
 	// +optional
+	// +kubebuilder:default={}
 	PlacementReleases PlacementReleasePolicy `json:"placementReleases,omitempty"`
 }
 
@@ -138,6 +139,16 @@ type PlacementReleasePolicy struct {
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:items:MaxLength=63
 	SourceNamespaces []string `json:"sourceNamespaces,omitempty"`
+
+	// MaxReleases bounds the placement releases of one plane (its namespace's releases
+	// labelled for placement); a create past it is refused at admission. Each is a
+	// release Flux reconciles and the operator watches: one tenant must not load the
+	// management cluster, or the operator, for every other.
+	// +optional
+	// +kubebuilder:default=200
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5000
+	MaxReleases int32 `json:"maxReleases,omitempty"`
 }
 
 // ControlPlaneProfile is the Kamaji control plane of each plane.
