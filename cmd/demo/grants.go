@@ -6,6 +6,7 @@ import (
 	"time"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,8 +16,8 @@ import (
 )
 
 // showGrants walks the sample plane's grant of the postgres Service through both sides:
-// asked for by the plane, pending until the Service's owner opts in, granted, revoked
-// when the owner opts out. The policy must open nothing before the opt-in and after the
+// asked for by the plane, pending until the Service's owner opts in (the tenant may not
+// opt in for it), granted, revoked when the owner opts out. The policy must open nothing before the opt-in and after the
 // opt-out, or the demo fails.
 func showGrants(ctx context.Context, c client.Client, kubectl func(...string) error, key client.ObjectKey) error {
 	p := &cpv1.ComputePlane{}
@@ -63,7 +64,29 @@ func showGrants(ctx context.Context, c client.Client, kubectl func(...string) er
 	}
 	fmt.Println("    (pending, and no grant policy: the Service's owner has not agreed)")
 
-	step("...its owner opts in: the grant policy opens exactly the Service's backends on 5432/TCP")
+	step("...the tenant (alice, here allowed to edit the namespace's Services, as the built-in edit role allows) cannot opt it in itself: that is the Service owner's right (computeplane-service-access)")
+	if err := kubectl("create", "role", "service-editor", "-n", key.Namespace, "--verb=get,list,patch,update", "--resource=services"); err != nil {
+		return err
+	}
+	if err := kubectl("create", "rolebinding", "alice-services", "-n", key.Namespace, "--role=service-editor", "--user=alice"); err != nil {
+		return err
+	}
+	// Refused by RBAC would prove nothing: wait until alice may edit the Service.
+	if err := await("alice was not allowed to edit Services", func(ctx context.Context) (bool, error) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: "alice",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: key.Namespace, Verb: "patch", Resource: "services", Name: "postgres"}}}
+		if err := c.Create(ctx, sar); err != nil {
+			return false, err
+		}
+		return sar.Status.Allowed, nil
+	}); err != nil {
+		return err
+	}
+	if err := refused(kubectl("--as=alice", "label", "service", "postgres", "-n", key.Namespace, cpv1.ServiceAccessLabel+"="+key.Name)); err != nil {
+		return fmt.Errorf("the tenant opting its own Service in: %w", err)
+	}
+
+	step("...its owner (the cluster admin here, standing for the platform) opts in: the grant policy opens exactly the Service's backends on 5432/TCP")
 	if err := kubectl("label", "service", "postgres", "-n", key.Namespace, cpv1.ServiceAccessLabel+"="+key.Name); err != nil {
 		return err
 	}
