@@ -303,7 +303,6 @@ func TestAttackTenantBlanksPlacementStatus(t *testing.T) {
 	eventually(t, settle, releaseGone(ctx, hr))
 }
 
-
 // TestAttackTenantFloodsPlacementReleases: every placement release is one more for Flux to
 // reconcile and the operator to watch; a tenant creating them without end would load the
 // management cluster for everyone. The class bounds them per plane.
