@@ -36,12 +36,15 @@ func BenchmarkPlacementReleaseMemory(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: controllers.NewScheme()})
+	// With the webhooks, as in production: each release is stored routed and with its
+	// finalizer, so nothing but the create writes its MiB (a release the placement
+	// controller had to patch would be written twice, past etcd's 2 GiB quota).
+	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: controllers.NewScheme(), Webhooks: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = mgmt.Stop() })
-	proc, err := operatortest.StartProcess(ctx, mgmt, operatortest.ProcessOptions{Args: []string{"--leader-elect=false"}})
+	proc, err := operatortest.StartProcess(ctx, mgmt, operatortest.ProcessOptions{Args: []string{"--leader-elect=false"}, Webhooks: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -49,6 +52,10 @@ func BenchmarkPlacementReleaseMemory(b *testing.B) {
 	c := mgmt.Client
 	o := &operator{mgmt: mgmt}
 	class := o.createClass(b, ctx, "memory")
+	class.Spec.PlacementReleases.MaxReleases = int32(n)
+	if err := c.Update(ctx, class); err != nil {
+		b.Fatal(err)
+	}
 	ns := "tenant-memory"
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		b.Fatal(err)
