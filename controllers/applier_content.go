@@ -139,7 +139,9 @@ func applierTokenMismatch(token, uid string, expires time.Time) string {
 	if c.K8s.ServiceAccount.UID != uid {
 		return "issued to an earlier " + remote.ApplierName
 	}
-	if d := time.Unix(c.Expiry, 0).Sub(expires); d > tokenExpiryTolerance || d < -tokenExpiryTolerance {
+	// An annotation earlier than the token's own expiry only brings its rotation forward
+	// (in place, as when it is due); a later one would let the token lapse unrenewed.
+	if d := time.Unix(c.Expiry, 0).Sub(expires); d < -tokenExpiryTolerance {
 		return "expires at " + time.Unix(c.Expiry, 0).UTC().Format(time.RFC3339) + ", not as annotated"
 	}
 	return ""

@@ -112,6 +112,9 @@ func TestApplierSecretMismatch(t *testing.T) {
 		{"expiry annotation moved", func(_ *testing.T, s *corev1.Secret) {
 			s.Annotations[TokenExpiresAtAnnotation] = expires.Add(24 * time.Hour).Format(time.RFC3339)
 		}, "token: expires at"},
+		{"expiry annotation brought forward (a rotation sooner, not drift)", func(_ *testing.T, s *corev1.Secret) {
+			s.Annotations[TokenExpiresAtAnnotation] = expires.Add(-30 * time.Minute).Format(time.RFC3339)
+		}, ""},
 		{"applier annotation removed", func(_ *testing.T, s *corev1.Secret) { delete(s.Annotations, ApplierUIDAnnotation) }, "annotation " + ApplierUIDAnnotation},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

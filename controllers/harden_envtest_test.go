@@ -463,7 +463,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 	t.Run("a token near its expiry is rotated in place", func(t *testing.T) {
 		// Rotation: a token nearing its expiry is replaced (the test moves the recorded
 		// expiry forward in time instead of waiting), without the Secret going away.
-		oldToken := string(applierSecret.Data["value"])
+		oldToken, oldUID := string(applierSecret.Data["value"]), applierSecret.UID
 		patchSecret := client.MergeFrom(applierSecret.DeepCopy())
 		applierSecret.Annotations[controllers.TokenExpiresAtAnnotation] = time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
 		if err := k8s.Patch(ctx, applierSecret, patchSecret); err != nil {
@@ -479,6 +479,9 @@ func TestHardeningOnARealPlane(t *testing.T) {
 			}
 			return nil
 		})
+		if applierSecret.UID != oldUID {
+			t.Error("the Secret was recreated (the rotation taken for drift, the gate closed), not rotated in place")
+		}
 		checkApplier(t, ctx, applierSecret, p.Namespace)
 	})
 
