@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -98,14 +97,9 @@ func TestAttackTenantRewritesTheApplierSecret(t *testing.T) {
 // controller to fill edit itself).
 func tenantWithSecretRights(t *testing.T, ctx context.Context, namespace, user string) client.Client {
 	t.Helper()
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: user + "-edit"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:aggregate-to-edit"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
-	if err := k8s.Create(ctx, rb); err != nil {
-		t.Fatal(err)
-	}
-	c := tenantUser(t, ctx, namespace, user)
-	eventually(t, settle, func() error { return c.List(ctx, &corev1.SecretList{}, client.InNamespace(namespace)) })
+	c := boundUser(t, ctx, namespace, user, clusterRoles("system:aggregate-to-edit"),
+		func(c client.Client) error { return c.List(ctx, &corev1.SecretList{}, client.InNamespace(namespace)) })
+	tenantUser(t, ctx, namespace, user)
 	return c
 }
 

@@ -242,9 +242,20 @@ func TestAttackTenantLeavesEveryShard(t *testing.T) {
 // edit) in namespace and returns a client acting as that user.
 func tenantUser(t *testing.T, ctx context.Context, namespace, user string) client.Client {
 	t.Helper()
-	for _, role := range []string{"computeplane-tenant-edit", "computeplane-tenant-view"} {
-		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: user + "-" + role},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+	return boundUser(t, ctx, namespace, user, clusterRoles("computeplane-tenant-edit", "computeplane-tenant-view"),
+		func(c client.Client) error {
+			return c.List(ctx, &cpv1.ComputePlaneList{}, client.InNamespace(namespace))
+		})
+}
+
+// boundUser binds user to refs in namespace and returns a client acting as that user
+// (authenticated, in no other group) once ready, a read the bindings allow, passes:
+// RBAC takes a moment to see new bindings.
+func boundUser(t *testing.T, ctx context.Context, namespace, user string, refs []rbacv1.RoleRef, ready func(client.Client) error) client.Client {
+	t.Helper()
+	for _, ref := range refs {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: user + "-" + ref.Name},
+			RoleRef:  ref,
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
 		if err := k8s.Create(ctx, rb); err != nil {
 			t.Fatal(err)
@@ -256,11 +267,17 @@ func tenantUser(t *testing.T, ctx context.Context, namespace, user string) clien
 	if err != nil {
 		t.Fatal(err)
 	}
-	// RBAC takes a moment to see new bindings.
-	eventually(t, settle, func() error {
-		return c.List(ctx, &cpv1.ComputePlaneList{}, client.InNamespace(namespace))
-	})
+	eventually(t, settle, func() error { return ready(c) })
 	return c
+}
+
+// clusterRoles are references to ClusterRoles, for boundUser.
+func clusterRoles(names ...string) []rbacv1.RoleRef {
+	refs := make([]rbacv1.RoleRef, 0, len(names))
+	for _, n := range names {
+		refs = append(refs, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: n})
+	}
+	return refs
 }
 
 // TestAttackPlaneRecreatedOverLeftovers: a plane removed without its teardown leaves its

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
@@ -22,7 +21,7 @@ const optInRefusal = "needs update on computeplanes/grant"
 // serviceUser binds user, in namespace, to the Service rights the built-in edit role
 // gives a tenant there (get, list, create, update, patch, delete), plus the given
 // ClusterRoles, and returns a client acting as that user once RBAC sees the bindings.
-func serviceUser(t *testing.T, ctx context.Context, namespace, user string, clusterRoles ...string) client.Client {
+func serviceUser(t *testing.T, ctx context.Context, namespace, user string, roles ...string) client.Client {
 	t.Helper()
 	editor := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: user + "-services"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"},
@@ -30,26 +29,9 @@ func serviceUser(t *testing.T, ctx context.Context, namespace, user string, clus
 	if err := k8s.Create(ctx, editor); err != nil {
 		t.Fatal(err)
 	}
-	refs := []rbacv1.RoleRef{{APIGroup: rbacv1.GroupName, Kind: "Role", Name: editor.Name}}
-	for _, r := range clusterRoles {
-		refs = append(refs, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r})
-	}
-	for _, ref := range refs {
-		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: user + "-" + ref.Name},
-			RoleRef:  ref,
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
-		if err := k8s.Create(ctx, rb); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := rest.CopyConfig(mgmt.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
-	c, err := client.New(cfg, client.Options{Scheme: k8s.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, settle, func() error { return c.List(ctx, &corev1.ServiceList{}, client.InNamespace(namespace)) })
-	return c
+	refs := append([]rbacv1.RoleRef{{APIGroup: rbacv1.GroupName, Kind: "Role", Name: editor.Name}}, clusterRoles(roles...)...)
+	return boundUser(t, ctx, namespace, user, refs,
+		func(c client.Client) error { return c.List(ctx, &corev1.ServiceList{}, client.InNamespace(namespace)) })
 }
 
 // editService reads the Service as c, applies change and patches it back as c.

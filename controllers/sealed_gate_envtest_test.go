@@ -43,18 +43,11 @@ func fluxTenant(t *testing.T, ctx context.Context, namespace, user string) clien
 			}
 		}
 	})
-	for name := range roles {
-		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: user + "-" + name},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
-		if err := k8s.Create(ctx, rb); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c := tenantUser(t, ctx, namespace, user)
-	eventually(t, settle, func() error {
-		return c.List(ctx, &helmv2.HelmReleaseList{}, client.InNamespace(namespace))
-	})
+	c := boundUser(t, ctx, namespace, user, clusterRoles("flux-edit", "flux-view"),
+		func(c client.Client) error {
+			return c.List(ctx, &helmv2.HelmReleaseList{}, client.InNamespace(namespace))
+		})
+	tenantUser(t, ctx, namespace, user)
 	return c
 }
 
