@@ -154,8 +154,8 @@ func ContentlessKinds() map[schema.GroupVersionKind]bool {
 // unstructured; the KubeadmConfigTemplates and Cilium policies) its identity: who it is,
 // its version, its labels, whether it is going. Its spec is read from the API server
 // when a comparison meets a version it does not remember; its status (Kamaji's replica
-// counts and conditions, what Cilium agents write into a policy) is never read. The
-// specs were about a tenth of the manager's live heap (docs/benchmarks.md, session 25).
+// counts and conditions, what Cilium agents write into a policy) is never read, so the
+// cache keeps no copy of either (docs/benchmarks.md says what that saves).
 func contentless(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *unstructured.Unstructured:
