@@ -269,7 +269,7 @@ func metaItems(l client.ObjectList) ([]metav1.Object, error) {
 
 // ourDeny is a default deny (a policy with a spec) named "ours", with labels.
 func ourDeny(ns string, labels map[string]string) *ciliumv2.CiliumNetworkPolicy {
-	p := netpol.DefaultDeny(ns, false, labels)
+	p := netpol.DefaultDeny(ns, labels)
 	p.Name = "ours"
 	return p
 }

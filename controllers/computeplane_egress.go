@@ -116,7 +116,7 @@ func baselinePolicy(s *scope, ns string) *ciliumv2.CiliumNetworkPolicy {
 // defaultDenyPolicy is the infrastructure namespace's default deny. It carries no plane
 // labels: it belongs to the namespace, not to any one plane.
 func defaultDenyPolicy(s *scope, ns string) *ciliumv2.CiliumNetworkPolicy {
-	return netpol.DefaultDeny(ns, ns == s.plane.Namespace, map[string]string{
+	return netpol.DefaultDeny(ns, map[string]string{
 		render.ManagedByLabel: render.ManagedByValue,
 		PolicyRoleLabel:       "default-deny",
 	})

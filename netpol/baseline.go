@@ -12,8 +12,6 @@ import (
 	slim_metav1 "github.com/cilium/cilium/pkg/k8s/slim/k8s/apis/meta/v1"
 	"github.com/cilium/cilium/pkg/policy/api"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
 
 // Ports of a Kamaji control plane the plane's nodes must reach: the API server and the
@@ -124,17 +122,13 @@ func BaselinePolicy(b Baseline) *ciliumv2.CiliumNetworkPolicy {
 }
 
 // DefaultDeny is the always-on policy of an infrastructure namespace. It selects every
-// VM pod there (in a tenant namespace, only VM pods that carry a plane label, so the
-// tenant's own VMs are left alone), puts their egress into default-deny and denies the
-// kube-apiserver entity. It belongs to no plane: it is created with the namespace and
+// VM pod there, puts their egress into default-deny and denies the kube-apiserver
+// entity. It belongs to no plane: it is created with the namespace and
 // stays while the namespace does, so a VM whose plane was deleted without its teardown,
 // or whose baseline was removed, is still confined. The per-plane baselines add their
 // allowances on top (Cilium enables default deny if any selecting policy asks for it).
-func DefaultDeny(namespace string, tenantNamespace bool, labels map[string]string) *ciliumv2.CiliumNetworkPolicy {
+func DefaultDeny(namespace string, labels map[string]string) *ciliumv2.CiliumNetworkPolicy {
 	sel := &slim_metav1.LabelSelector{MatchLabels: map[string]string{"k8s:" + VirtLauncherLabel: VirtLauncherValue}}
-	if tenantNamespace {
-		sel.MatchExpressions = []slim_metav1.LabelSelectorRequirement{{Key: "k8s:" + cpv1.PlaneNameLabel, Operator: slim_metav1.LabelSelectorOpExists}}
-	}
 	deny := true
 	return &ciliumv2.CiliumNetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: ciliumv2.SchemeGroupVersion.String(), Kind: ciliumv2.CNPKindDefinition},

@@ -27,10 +27,9 @@ func TestBaselineGolden(t *testing.T) {
 	withInternet.DeniedCIDRs = []string{"203.0.113.10/32", "198.51.100.0/24", "203.0.113.10/32"}
 	labels := map[string]string{"app.kubernetes.io/managed-by": "computeplane-operator"}
 	for name, policy := range map[string]any{
-		"baseline-internet-deny":        BaselinePolicy(base),
-		"baseline-internet-allow":       BaselinePolicy(withInternet),
-		"default-deny-dedicated":        DefaultDeny("cp-tenant-a-3f2a9c1b", false, labels),
-		"default-deny-tenant-namespace": DefaultDeny("tenant-a", true, labels),
+		"baseline-internet-deny":  BaselinePolicy(base),
+		"baseline-internet-allow": BaselinePolicy(withInternet),
+		"default-deny-dedicated":  DefaultDeny("cp-tenant-a-3f2a9c1b", labels),
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := yaml.Marshal(policy)
@@ -67,7 +66,7 @@ func TestBaselineDeniesTheAPIServerEvenWithInternet(t *testing.T) {
 	if !deniesAddr(p.Spec.EgressDeny, netip.MustParseAddr("203.0.113.10")) {
 		t.Errorf("the class's denied CIDRs are not denied: %v", p.Spec.EgressDeny)
 	}
-	checkDenies(t, DefaultDeny("n", false, nil).Spec.EgressDeny)
+	checkDenies(t, DefaultDeny("n", nil).Spec.EgressDeny)
 	for _, r := range p.Spec.Egress {
 		for _, e := range r.ToEntities {
 			if e == "all" || e == "cluster" || e == "kube-apiserver" || e == "host" || e == "remote-node" {
@@ -85,17 +84,12 @@ func TestBaselineNamesArePerPlane(t *testing.T) {
 }
 
 func TestDefaultDenySelectsVMsAndDeniesEgress(t *testing.T) {
-	for _, tenantNS := range []bool{false, true} {
-		p := DefaultDeny("ns", tenantNS, nil)
-		if p.Spec.EnableDefaultDeny.Egress == nil || !*p.Spec.EnableDefaultDeny.Egress || len(p.Spec.Egress) != 0 {
-			t.Errorf("tenantNS=%v: egress is not default-deny with no allowance: %+v", tenantNS, p.Spec)
-		}
-		if p.Spec.EndpointSelector.MatchLabels["k8s:kubevirt.io"] != "virt-launcher" {
-			t.Errorf("tenantNS=%v: selector %+v does not select VM pods", tenantNS, p.Spec.EndpointSelector)
-		}
-		if got := len(p.Spec.EndpointSelector.MatchExpressions); (got == 1) != tenantNS {
-			t.Errorf("tenantNS=%v: %d match expressions; only in a tenant namespace are VMs narrowed to those of planes", tenantNS, got)
-		}
+	p := DefaultDeny("ns", nil)
+	if p.Spec.EnableDefaultDeny.Egress == nil || !*p.Spec.EnableDefaultDeny.Egress || len(p.Spec.Egress) != 0 {
+		t.Errorf("egress is not default-deny with no allowance: %+v", p.Spec)
+	}
+	if p.Spec.EndpointSelector.MatchLabels["k8s:kubevirt.io"] != "virt-launcher" || len(p.Spec.EndpointSelector.MatchExpressions) != 0 {
+		t.Errorf("selector %+v does not select every VM pod of the namespace", p.Spec.EndpointSelector)
 	}
 }
 
@@ -117,11 +111,10 @@ func TestBaselineLetsThePlanesNodesTalk(t *testing.T) {
 func TestEveryPolicyDeniesLinkLocalAndMetadata(t *testing.T) {
 	g := testGrants()
 	for name, deny := range map[string][]api.EgressDenyRule{
-		"baseline":                       BaselinePolicy(Baseline{Namespace: "n", ControlPlane: "c"}).Spec.EgressDeny,
-		"baseline with internet":         BaselinePolicy(Baseline{Namespace: "n", ControlPlane: "c", Internet: true}).Spec.EgressDeny,
-		"default deny, dedicated":        DefaultDeny("n", false, nil).Spec.EgressDeny,
-		"default deny, tenant namespace": DefaultDeny("n", true, nil).Spec.EgressDeny,
-		"grants":                         GrantsPolicy(g).Spec.EgressDeny,
+		"baseline":               BaselinePolicy(Baseline{Namespace: "n", ControlPlane: "c"}).Spec.EgressDeny,
+		"baseline with internet": BaselinePolicy(Baseline{Namespace: "n", ControlPlane: "c", Internet: true}).Spec.EgressDeny,
+		"default deny":           DefaultDeny("n", nil).Spec.EgressDeny,
+		"grants":                 GrantsPolicy(g).Spec.EgressDeny,
 	} {
 		t.Run(name, func(t *testing.T) { checkDenies(t, deny) })
 	}
