@@ -90,6 +90,18 @@ func deployerClient(t *testing.T, kubeconfig []byte, deployerNS string) (client.
 	return c, cfg
 }
 
+// planeDeployer is a client acting as the deployer of p's namespace, the way Flux
+// does: with the applier kubeconfig the operator issued, impersonating the deployer.
+func planeDeployer(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) client.Client {
+	t.Helper()
+	secret := &corev1.Secret{}
+	if err := k8s.Get(ctx, applierSecretKey(p), secret); err != nil {
+		t.Fatal(err)
+	}
+	deployer, _ := deployerClient(t, secret.Data["value"], p.Namespace)
+	return deployer
+}
+
 // asOperator is a management client with the operator's own identity (what a platform
 // operator's break glass, or a crash, amounts to).
 func asOperator(t *testing.T) client.Client {
@@ -562,15 +574,17 @@ func TestAttackDeployerWidensItsReach(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	p, _ := readyPlane(t, ctx, newClass("widen-"+rand.String(6)))
-	secret := &corev1.Secret{}
-	if err := k8s.Get(ctx, applierSecretKey(p), secret); err != nil {
-		t.Fatal(err)
-	}
-	deployer, _ := deployerClient(t, secret.Data["value"], p.Namespace)
+	deployer := planeDeployer(t, ctx, p)
 	dry := client.DryRunAll
-	denied(t, deployer.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: "forever",
-		Annotations: map[string]string{corev1.ServiceAccountNameKey: "computeplane-deployer"}}, Type: corev1.SecretTypeServiceAccountToken}, dry),
-		"ServiceAccount token Secrets (non-expiring tokens) are not allowed")
+	forever := func(sa string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: "forever",
+			Annotations: map[string]string{corev1.ServiceAccountNameKey: sa}}, Type: corev1.SecretTypeServiceAccountToken}
+	}
+	// Two policies refuse one for the deployer itself (computeplane-service-account-tokens
+	// and computeplane-deployer-credentials); which one answers first is the apiserver's
+	// choice. A chart's own ServiceAccount is refused by the general one alone.
+	denied(t, deployer.Create(ctx, forever("computeplane-deployer"), dry), "ServiceAccount token Secrets")
+	denied(t, deployer.Create(ctx, forever("default"), dry), "ServiceAccount token Secrets (non-expiring tokens) are not allowed")
 	bind := func(s rbacv1.Subject) *rbacv1.RoleBinding {
 		return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "notebooks", GenerateName: "widen-"},
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "computeplane-deployer"}, Subjects: []rbacv1.Subject{s}}

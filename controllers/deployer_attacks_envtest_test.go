@@ -87,11 +87,7 @@ func TestAttackDeployerRunsAPod(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	p, tenant := readyRealPlane(t, ctx, newClass("deployer-pod-"+rand.String(6)))
-	secret := &corev1.Secret{}
-	if err := k8s.Get(ctx, applierSecretKey(p), secret); err != nil {
-		t.Fatal(err)
-	}
-	deployer, _ := deployerClient(t, secret.Data["value"], p.Namespace)
+	deployer := planeDeployer(t, ctx, p)
 	dry := client.DryRunAll
 	// The deployer's own namespace in the plane is where its ServiceAccount lives.
 	ns := p.Namespace
@@ -129,11 +125,7 @@ func TestAttackDeployerLegacyToken(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	p, tenant := readyRealPlane(t, ctx, newClass("deployer-token-"+rand.String(6)))
-	secret := &corev1.Secret{}
-	if err := k8s.Get(ctx, applierSecretKey(p), secret); err != nil {
-		t.Fatal(err)
-	}
-	deployer, _ := deployerClient(t, secret.Data["value"], p.Namespace)
+	deployer := planeDeployer(t, ctx, p)
 	operator := operatorClient(t, ctx, p)
 	token := func(sa string) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, GenerateName: "forever-",
