@@ -35,7 +35,7 @@ build: ## Build the manager binary into bin/.
 
 .PHONY: test
 test: ## Run every test (unit and envtest on real apiservers) with -race.
-	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) go test -race -count=1 $(GO_TEST_FLAGS) ./...
+	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) go test -race -count=1 -timeout 20m $(GO_TEST_FLAGS) ./...
 
 .PHONY: demo
 demo: ## Run the embedded default: a local management apiserver, the manager and a sample plane.

@@ -6,6 +6,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,10 @@ type ComputePlaneReconciler struct {
 	// ResyncInterval is the longest a plane whose watches saw nothing goes without a
 	// full read (zero: every pass reads it in full).
 	ResyncInterval time.Duration
+	// PassTimeout bounds a pass's phases (or teardown stages), so that a plane whose API
+	// answers each request just within the request timeout cannot hold a worker for the
+	// sum of them; zero: unbounded. Past it the pass fails like an unanswered request.
+	PassTimeout time.Duration
 
 	controller controller.Controller
 
@@ -261,10 +266,13 @@ func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) 
 		{[]string{cpv1.NetworkPoliciesCondition}, r.reconcileGrants, false},
 		{[]string{cpv1.IdentitiesCondition}, r.reconcileIdentities, true},
 	}
+	passCtx, cancel := r.passContext(ctx)
+	defer cancel()
 	var result ctrl.Result
 	for _, st := range steps {
-		res, err := st.run(ctx, s)
+		res, err := st.run(passCtx, s)
 		if err != nil {
+			err = r.overran(passCtx, err)
 			// Whatever failed, the stage was not verified: it is not True, and the gate
 			// closes now rather than after the backoff this error starts.
 			s.failed(st.conditions, err)
@@ -296,6 +304,23 @@ func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) 
 		}
 	}
 	return result, nil
+}
+
+// passContext bounds a pass's phases. What must happen whatever the pass took (revoking
+// the credential, the status patch) runs on the outer context.
+func (r *ComputePlaneReconciler) passContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if r.PassTimeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, r.PassTimeout)
+}
+
+// overran says so when err comes from the pass running out of time.
+func (r *ComputePlaneReconciler) overran(passCtx context.Context, err error) error {
+	if !errors.Is(passCtx.Err(), context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("this pass took longer than the operator's --plane-pass-timeout (%s), the plane's API answering too slowly: %w", r.PassTimeout, err)
 }
 
 func (r *ComputePlaneReconciler) jitter() time.Duration {

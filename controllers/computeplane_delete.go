@@ -19,15 +19,23 @@ import (
 	"github.com/cozystack/computeplane/controllers/render"
 )
 
-// deletionStage tears down one concern. run reports done=false while it waits (its
-// message says on what), and errors only for transient failures. abandon, when a
-// platform operator set the abandon annotation, gives up what the stage waits for and
-// says what was abandoned; a stage without it never waits on anything outside the
-// operator's hands.
+// deletionStage tears down one concern. run reports what it waits on while it is not
+// done, and errors only for transient failures. abandon, when a platform operator set
+// the abandon annotation, gives up what the stage waits for and says what was
+// abandoned; a stage without it never waits on anything outside the operator's hands.
 type deletionStage struct {
 	reason  string
-	run     func(ctx context.Context, s *scope) (done bool, message string, err error)
+	run     func(ctx context.Context, s *scope) (stageWait, error)
 	abandon func(ctx context.Context, s *scope) (string, error)
+}
+
+// stageWait is what a teardown stage found: done, or what it waits on (message).
+// stalled, a reason, says the stage waited past its bound: no retry of the operator's
+// gets it further, only what the message asks of a person, or an abandon.
+type stageWait struct {
+	done    bool
+	message string
+	stalled string
 }
 
 // reconcileDelete runs the teardown stages in order (disable, then deprovision), one
@@ -63,21 +71,24 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 			start = max(start, i)
 		}
 	}
+	passCtx, cancel := r.passContext(ctx)
+	defer cancel()
 	for i, st := range stages {
 		if i < start {
 			continue
 		}
-		done, msg, err := st.run(ctx, s)
+		w, err := st.run(passCtx, s)
 		if err != nil {
-			return ctrl.Result{}, err
+			return ctrl.Result{}, r.overran(passCtx, err)
 		}
-		if done {
+		if w.done {
 			continue
 		}
+		msg := w.message
 		if why != "" && st.abandon != nil {
-			what, err := st.abandon(ctx, s)
+			what, err := st.abandon(passCtx, s)
 			if err != nil {
-				return ctrl.Result{}, err
+				return ctrl.Result{}, r.overran(passCtx, err)
 			}
 			r.Events.Eventf(p, nil, corev1.EventTypeWarning, "Abandoned", "Teardown",
 				"Teardown went past %s (%s), as %s=%q says: abandoned %s", st.reason, msg, cpv1.AbandonAnnotation, why, what)
@@ -89,7 +100,7 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 		}
 		p.Status.Deletion = &cpv1.DeletionStatus{Stage: st.reason, Since: since}
 		r.recordTeardownProgress(key, i)
-		s.deleting = deletionView{reason: st.reason, message: fmt.Sprintf("%s (%s so far)", msg, waited(since.Time))}
+		s.deleting = deletionView{reason: st.reason, message: fmt.Sprintf("%s (%s so far)", msg, waited(since.Time)), stalled: w.stalled}
 		if st.abandon != nil {
 			s.deleting.message += fmt.Sprintf(". If it cannot finish, a platform operator may accept leaving it behind: kubectl annotate -n %s computeplane/%s %s=<why>",
 				p.Namespace, p.Name, cpv1.AbandonAnnotation)
@@ -158,14 +169,14 @@ func (s *scope) planeSelector() client.MatchingLabels {
 // deleteAddons suspends, then deletes, the add-on releases: the plane is about to go, so
 // nothing needs uninstalling, and a suspended release is deleted without contacting a
 // plane API that may already be dead.
-func (r *ComputePlaneReconciler) deleteAddons(ctx context.Context, s *scope) (bool, string, error) {
+func (r *ComputePlaneReconciler) deleteAddons(ctx context.Context, s *scope) (stageWait, error) {
 	ns := s.plane.Status.InfrastructureNamespace
 	if ns == "" {
-		return true, "", nil
+		return stageWait{done: true}, nil
 	}
 	hrs, err := r.addonReleases(ctx, ns, s.planeSelector())
 	if err != nil {
-		return false, "", err
+		return stageWait{}, err
 	}
 	for i := range hrs {
 		hr := &hrs[i]
@@ -173,42 +184,42 @@ func (r *ComputePlaneReconciler) deleteAddons(ctx context.Context, s *scope) (bo
 			patch := client.MergeFrom(hr.DeepCopy())
 			hr.Spec.Suspend = true
 			if err := client.IgnoreNotFound(r.Patch(ctx, hr, patch)); err != nil {
-				return false, "", err
+				return stageWait{}, err
 			}
 		}
 		if hr.DeletionTimestamp.IsZero() {
 			if err := client.IgnoreNotFound(r.Delete(ctx, hr)); err != nil {
-				return false, "", err
+				return stageWait{}, err
 			}
 		}
 	}
 	if n := len(hrs); n > 0 {
-		return false, fmt.Sprintf("waiting for %d HelmRelease(s) in %s to go", n, ns), nil
+		return stageWait{message: fmt.Sprintf("waiting for %d HelmRelease(s) in %s to go", n, ns)}, nil
 	}
-	return true, "", nil
+	return stageWait{done: true}, nil
 }
 
 // deleteCluster deletes the CAPI Cluster and waits for Cluster API to finish (it deletes
 // the machines, the control plane and the infrastructure it owns).
-func (r *ComputePlaneReconciler) deleteCluster(ctx context.Context, s *scope) (bool, string, error) {
+func (r *ComputePlaneReconciler) deleteCluster(ctx context.Context, s *scope) (stageWait, error) {
 	ns := s.plane.Status.InfrastructureNamespace
 	if ns == "" {
-		return true, "", nil
+		return stageWait{done: true}, nil
 	}
 	cluster := &clusterv1.Cluster{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: render.ClusterName(s.plane)}, cluster)
 	if apierrors.IsNotFound(err) {
-		return true, "", nil
+		return stageWait{done: true}, nil
 	}
 	if err != nil {
-		return false, "", err
+		return stageWait{}, err
 	}
 	if cluster.DeletionTimestamp.IsZero() {
 		if err := client.IgnoreNotFound(r.Delete(ctx, cluster)); err != nil {
-			return false, "", err
+			return stageWait{}, err
 		}
 	}
-	return false, fmt.Sprintf("waiting for Cluster API to delete Cluster %s/%s", ns, cluster.Name), nil
+	return stageWait{message: fmt.Sprintf("waiting for Cluster API to delete Cluster %s/%s", ns, cluster.Name)}, nil
 }
 
 // leftoverKinds are the kinds (as lists) of what the operator applies in a plane's
@@ -225,48 +236,48 @@ var leftoverKinds = []schema.GroupVersionKind{
 
 // deleteLeftovers removes what the operator applied and Cluster API did not delete (it
 // deletes only what it owns; templates are never owned).
-func (r *ComputePlaneReconciler) deleteLeftovers(ctx context.Context, s *scope) (bool, string, error) {
+func (r *ComputePlaneReconciler) deleteLeftovers(ctx context.Context, s *scope) (stageWait, error) {
 	ns := s.plane.Status.InfrastructureNamespace
 	if ns == "" {
-		return true, "", nil
+		return stageWait{done: true}, nil
 	}
 	remaining := 0
 	for _, gvk := range leftoverKinds {
 		items, err := listOwned(ctx, r.Client, gvk, ns, s.planeSelector())
 		if err != nil {
-			return false, "", err
+			return stageWait{}, err
 		}
 		for _, o := range items {
 			remaining++
 			if o.GetDeletionTimestamp().IsZero() {
 				if err := client.IgnoreNotFound(r.Delete(ctx, o)); err != nil {
-					return false, "", err
+					return stageWait{}, err
 				}
 			}
 		}
 	}
 	if remaining > 0 {
-		return false, fmt.Sprintf("waiting for %d object(s) in %s to go", remaining, ns), nil
+		return stageWait{message: fmt.Sprintf("waiting for %d object(s) in %s to go", remaining, ns)}, nil
 	}
-	return true, "", nil
+	return stageWait{done: true}, nil
 }
 
 // deleteInfraNamespace deletes the dedicated namespace (never the tenant's own). Its
 // contents are already gone; the namespace controller finishes it.
-func (r *ComputePlaneReconciler) deleteInfraNamespace(ctx context.Context, s *scope) (bool, string, error) {
+func (r *ComputePlaneReconciler) deleteInfraNamespace(ctx context.Context, s *scope) (stageWait, error) {
 	ns := s.plane.Status.InfrastructureNamespace
 	if ns == "" || ns == s.plane.Namespace {
-		return true, "", nil
+		return stageWait{done: true}, nil
 	}
 	obj := &corev1.Namespace{}
 	if err := r.Get(ctx, client.ObjectKey{Name: ns}, obj); err != nil {
-		return apierrors.IsNotFound(err), "", client.IgnoreNotFound(err)
+		return stageWait{done: apierrors.IsNotFound(err)}, client.IgnoreNotFound(err)
 	}
 	if obj.Labels[cpv1.PlaneUIDLabel] != string(s.plane.UID) {
-		return true, "", nil // not created for this plane: never deleted
+		return stageWait{done: true}, nil // not created for this plane: never deleted
 	}
 	if obj.DeletionTimestamp.IsZero() {
-		return true, "", client.IgnoreNotFound(r.Delete(ctx, obj))
+		return stageWait{done: true}, client.IgnoreNotFound(r.Delete(ctx, obj))
 	}
-	return true, "", nil
+	return stageWait{done: true}, nil
 }

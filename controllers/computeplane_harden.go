@@ -78,6 +78,11 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if conflict := foreignPlacementNamespaces(found); conflict != "" {
+		s.observe(cpv1.ValidCondition, stageTerminal(cpv1.PlacementNamespaceConflictReason, "%s", conflict))
+		// The plane's namespace watch wakes the plane when the namespace goes.
+		return ctrl.Result{RequeueAfter: r.jitter()}, nil
+	}
 	if wasVerified && found.Drifted() {
 		return r.reportDrift(s, key, cpv1.PodSecurityCondition, append(found.Admission, found.PodSecurity...), func() {
 			observeFindings(s, found, DriftedReason, "drifted, restoring")
@@ -233,6 +238,17 @@ func prefixed(prefix string, items []string) []string {
 func verified(p *cpv1.ComputePlane) bool {
 	return apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.PodSecurityCondition) &&
 		apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.AdmissionCondition)
+}
+
+// foreignPlacementNamespaces says, as a person acts on it, which namespaces the spec
+// lists for placement that exist in the plane but are not the operator's ("" if none).
+func foreignPlacementNamespaces(found remote.Findings) string {
+	if len(found.Foreign) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("spec.placementNamespaces lists %s, which already exist(s) in the plane and was not created by the operator for this plane; "+
+		"the operator never adopts a namespace (binding the deployer there would hand placement releases whatever it holds): choose another name, or remove the namespace from the plane",
+		strings.Join(found.Foreign, ", "))
 }
 
 // placementNamespaces are the namespaces pre-created in the plane: the one named like

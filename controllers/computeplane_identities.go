@@ -92,6 +92,15 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 		}
 	}
 
+	unbound, err := remote.UnbindDeployer(ctx, plane.Client, placementNamespaces(p), render.PlaneSelector(p))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(unbound) > 0 {
+		r.Events.Eventf(p, nil, corev1.EventTypeNormal, "DeployerUnbound", "Identities",
+			"Namespaces no longer in spec.placementNamespaces: removed %s (their objects stay; placement releases may no longer write there)", strings.Join(unbound, ", "))
+	}
+
 	found, err := r.inspectApplierSecret(ctx, s, plane)
 	if err != nil {
 		return ctrl.Result{}, err

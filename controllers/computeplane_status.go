@@ -13,6 +13,8 @@ import (
 // condition shows it.
 type deletionView struct {
 	reason, message string
+	// stalled, a reason, says the stage waited past its bound: the plane is Stalled.
+	stalled string
 }
 
 // stageResult is what a phase observed about its stage. Phases only observe; the
@@ -97,6 +99,9 @@ func summarize(conds *[]metav1.Condition, generation int64, results map[string]s
 	switch {
 	case stalled:
 		set(conds, generation, cpv1.StalledCondition, metav1.ConditionTrue, blocker.Reason, blocker.Message)
+		apimeta.RemoveStatusCondition(conds, cpv1.ReconcilingCondition)
+	case deleting && stage.stalled != "":
+		set(conds, generation, cpv1.StalledCondition, metav1.ConditionTrue, stage.stalled, stage.message)
 		apimeta.RemoveStatusCondition(conds, cpv1.ReconcilingCondition)
 	case deleting:
 		apimeta.RemoveStatusCondition(conds, cpv1.StalledCondition)

@@ -81,6 +81,23 @@ func TestSummarize(t *testing.T) {
 			want:     want{ready: "False", readyReason: cpv1.DeletingReason, reconciling: true, reconcilingReason: cpv1.UninstallingPlacementReason},
 		},
 		{
+			name:     "a teardown stage past its bound is Stalled, not Reconciling",
+			results:  allTrue(),
+			deleting: true,
+			stage:    deletionView{reason: cpv1.UninstallingPlacementReason, message: "not uninstalled within 30m", stalled: cpv1.UninstallTimedOutReason},
+			want:     want{ready: "False", readyReason: cpv1.DeletingReason, stalled: true},
+		},
+		{
+			name: "a teardown stage that moves on again is no longer Stalled",
+			prior: []metav1.Condition{
+				{Type: cpv1.StalledCondition, Status: "True", Reason: cpv1.UninstallTimedOutReason},
+			},
+			results:  allTrue(),
+			deleting: true,
+			stage:    deletionView{reason: cpv1.RemovingIdentitiesReason, message: "the plane does not answer"},
+			want:     want{ready: "False", readyReason: cpv1.DeletingReason, reconciling: true, reconcilingReason: cpv1.RemovingIdentitiesReason},
+		},
+		{
 			name: "a stale Stalled is removed once the stage recovers",
 			prior: []metav1.Condition{
 				{Type: cpv1.StalledCondition, Status: "True", Reason: cpv1.SpecExceedsClassReason},

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	"github.com/fluxcd/pkg/apis/meta"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -19,53 +23,140 @@ import (
 	"github.com/cozystack/computeplane/remote"
 )
 
+// DefaultUninstallTimeout is a class's placementReleases.uninstallTimeout when it has
+// none stored.
+const DefaultUninstallTimeout = 30 * time.Minute
+
 // uninstallPlacement deletes the namespace's placement releases and waits until Flux has
 // uninstalled each from the plane (the placement finalizer comes off only then), while
 // the plane and the applier credential still work: the operator keeps the credential
-// valid (and issues one if the gate had closed) for as long as releases are left, which
-// is safe because admission takes no new release for a plane being deleted, and Flux
-// only runs the delete path of a terminating release. A tenant namespace being deleted
-// cannot hold a credential any more (nothing new may be created in it): then the
-// releases go at once, and their objects with the plane.
-func (r *ComputePlaneReconciler) uninstallPlacement(ctx context.Context, s *scope) (bool, string, error) {
+// valid (and issues one if the gate had closed) while releases hold it, which is safe
+// because admission takes no new release for a plane being deleted, Flux only runs the
+// delete path of a terminating release, and the credential is issued only while the
+// plane's hardening reads back as applied and in force. The wait is bounded by the
+// class's uninstallTimeout: past it the credential is revoked and the stage is Stalled
+// until a platform operator abandons it. A tenant namespace being deleted cannot hold a
+// credential any more (nothing new may be created in it): then the releases go at once,
+// and their objects with the plane.
+func (r *ComputePlaneReconciler) uninstallPlacement(ctx context.Context, s *scope) (stageWait, error) {
 	p := s.plane
 	releases, err := r.placementReleases(ctx, p.Namespace)
 	if err != nil || len(releases) == 0 {
-		return err == nil, "", err
+		return stageWait{done: err == nil}, err
 	}
 	ns := &corev1.Namespace{}
 	if err := r.Get(ctx, client.ObjectKey{Name: p.Namespace}, ns); client.IgnoreNotFound(err) != nil {
-		return false, "", err
+		return stageWait{}, err
 	}
 	if !ns.DeletionTimestamp.IsZero() {
 		names, err := r.releasePlacementFinalizers(ctx, releases)
 		if err != nil {
-			return false, "", err
+			return stageWait{}, err
 		}
 		if len(names) > 0 {
 			r.Events.Eventf(p, nil, corev1.EventTypeNormal, "PlacementReleased", "Teardown",
 				"Namespace %s is being deleted: placement releases %v go now, and their objects in the plane with the plane", p.Namespace, names)
 		}
-		return true, "", nil
+		return stageWait{done: true}, nil
 	}
-	var names []string
 	for i := range releases {
 		hr := &releases[i]
-		names = append(names, hr.Name)
 		if hr.DeletionTimestamp.IsZero() {
 			if err := client.IgnoreNotFound(r.Delete(ctx, hr)); err != nil {
-				return false, "", err
+				return stageWait{}, err
 			}
 		}
 	}
-	sort.Strings(names)
-	msg := fmt.Sprintf("waiting for Flux to uninstall %d placement release(s) from the plane (%s)", len(names), strings.Join(names, ", "))
-	if why, err := r.keepUninstallCredential(ctx, s); err != nil {
-		return false, "", err
+	held := uninstallHolds(releases)
+	if len(held) == 0 {
+		// What is left is kept only by finalizers that are neither Flux's nor the
+		// operator's: Flux is done with them, and nothing there needs a credential.
+		return stageWait{done: true}, nil
+	}
+	class := &cpv1.ComputePlaneClass{}
+	if err := r.Get(ctx, client.ObjectKey{Name: p.Spec.ClassName}, class); client.IgnoreNotFound(err) != nil {
+		return stageWait{}, err
+	}
+	timeout := uninstallTimeout(class)
+	if since := stageSince(p, cpv1.UninstallingPlacementReason); time.Since(since) > timeout {
+		if err := r.revokeApplierCredential(ctx, s); err != nil {
+			return stageWait{}, err
+		}
+		msg := fmt.Sprintf("Flux has not uninstalled %d placement release(s) within the class's placementReleases.uninstallTimeout (%s): %s; the uninstall credential is revoked",
+			len(held), timeout, strings.Join(held, "; "))
+		if c := apimeta.FindStatusCondition(p.Status.Conditions, cpv1.StalledCondition); c == nil || c.Reason != cpv1.UninstallTimedOutReason {
+			r.Events.Eventf(p, nil, corev1.EventTypeWarning, cpv1.UninstallTimedOutReason, "Teardown", "%s", msg)
+		}
+		return stageWait{message: msg, stalled: cpv1.UninstallTimedOutReason}, nil
+	}
+	msg := fmt.Sprintf("waiting for Flux to uninstall %d placement release(s) from the plane (%s)", len(held), strings.Join(held, "; "))
+	if why, err := r.keepUninstallCredential(ctx, s, class); err != nil {
+		return stageWait{}, err
 	} else if why != "" {
 		msg += "; " + why
 	}
-	return false, msg, nil
+	return stageWait{message: msg}, nil
+}
+
+// uninstallHolds describes, sorted, each release that still needs the uninstall
+// credential: one that Flux (its finalizer) or the operator (the placement finalizer,
+// until Flux reports the release uninstalled) still holds. It names what else keeps each
+// one, so a person knows whom to ask. It is pure.
+func uninstallHolds(releases []helmv2.HelmRelease) []string {
+	var out []string
+	for i := range releases {
+		hr := &releases[i]
+		if !controllerutil.ContainsFinalizer(hr, cpv1.PlacementFinalizer) && !controllerutil.ContainsFinalizer(hr, helmv2.HelmReleaseFinalizer) {
+			continue
+		}
+		var why []string
+		if key, ok := hr.Labels[ShardKeyLabel]; ok {
+			why = append(why, fmt.Sprintf("labelled %s=%s: only a Flux shard serving that key uninstalls it", ShardKeyLabel, key))
+		}
+		var foreign []string
+		for _, f := range hr.Finalizers {
+			if f != cpv1.PlacementFinalizer && f != helmv2.HelmReleaseFinalizer {
+				foreign = append(foreign, f)
+			}
+		}
+		if len(foreign) > 0 {
+			why = append(why, fmt.Sprintf("also held by finalizer(s) %s", strings.Join(foreign, ", ")))
+		}
+		if c := apimeta.FindStatusCondition(hr.Status.Conditions, meta.ReadyCondition); c != nil && c.Status == metav1.ConditionFalse && c.Message != "" {
+			why = append(why, fmt.Sprintf("Flux says: %s", truncate(c.Message, 200)))
+		}
+		if len(why) == 0 {
+			out = append(out, hr.Name)
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s (%s)", hr.Name, strings.Join(why, "; ")))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// uninstallTimeout is the class's bound on waiting for Flux to uninstall.
+func uninstallTimeout(class *cpv1.ComputePlaneClass) time.Duration {
+	if t := class.Spec.PlacementReleases.UninstallTimeout; t != nil && t.Duration > 0 {
+		return t.Duration
+	}
+	return DefaultUninstallTimeout
+}
+
+// stageSince is when the teardown began waiting on the stage, as the status records it
+// (now when it does not yet).
+func stageSince(p *cpv1.ComputePlane, stage string) time.Time {
+	if d := p.Status.Deletion; d != nil && d.Stage == stage {
+		return d.Since.Time
+	}
+	return time.Now()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // abandonPlacement lets the placement releases go without their uninstall.
@@ -139,11 +230,21 @@ func (r *ComputePlaneReconciler) releasePlacementFinalizers(ctx context.Context,
 }
 
 // keepUninstallCredential makes sure the applier credential and the identities behind
-// it work, so Flux can uninstall. It returns why it cannot ("" when it can).
-func (r *ComputePlaneReconciler) keepUninstallCredential(ctx context.Context, s *scope) (string, error) {
+// it work, so Flux can uninstall, but only while the plane's hardening is as the
+// operator applied it and in force: the teardown runs no hardening stage, so it looks
+// itself, and a plane found changed gets no credential (the one it had is revoked) until
+// the operator has restored it and read it back. It returns why it cannot ("" when it
+// can).
+func (r *ComputePlaneReconciler) keepUninstallCredential(ctx context.Context, s *scope, class *cpv1.ComputePlaneClass) (string, error) {
 	p := s.plane
 	if p.Status.InfrastructureNamespace == "" {
 		return "the plane was never provisioned, so Flux has nothing to uninstall from", nil
+	}
+	if class.Name == "" {
+		if err := r.revokeApplierCredential(ctx, s); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("ComputePlaneClass %q is gone, so the plane's hardening cannot be verified and no uninstall credential is issued", p.Spec.ClassName), nil
 	}
 	obs, err := r.observeProviders(ctx, s, p.Status.InfrastructureNamespace, true)
 	if err != nil {
@@ -161,11 +262,13 @@ func (r *ComputePlaneReconciler) keepUninstallCredential(ctx context.Context, s 
 	if err != nil {
 		return "", err
 	}
-	class := &cpv1.ComputePlaneClass{}
-	if err := r.Get(ctx, client.ObjectKey{Name: p.Spec.ClassName}, class); client.IgnoreNotFound(err) != nil {
-		return "", err
-	}
 	s.class = class
+	if why, err := r.hardeningHolds(ctx, s, plane); err != nil || why != "" {
+		if err == nil {
+			err = r.revokeApplierCredential(ctx, s)
+		}
+		return why, err
+	}
 	for _, o := range remote.Identities([]string{p.Namespace}, placementNamespaces(p), class.Spec.PlacementNamespaces.AllowPodExec, render.PlaneLabels(p)) {
 		if _, err := remote.Apply(ctx, plane.Client, o, HardeningFieldOwner, remote.ExactFields(o)...); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -180,34 +283,72 @@ func (r *ComputePlaneReconciler) keepUninstallCredential(ctx context.Context, s 
 	return "", nil
 }
 
+// hardeningHolds re-verifies the plane's hardening during teardown: read back as
+// applied, and each policy refusing what it must. What it finds changed it restores
+// (labelling new namespaces is no change), to be verified on a later pass. It returns
+// why the hardening does not hold ("" when it does).
+func (r *ComputePlaneReconciler) hardeningHolds(ctx context.Context, s *scope, plane *remote.Plane) (string, error) {
+	posture := postureFor(s.plane, s.class, plane.Identity)
+	found, err := remote.Inspect(ctx, plane.Client, posture)
+	if err != nil {
+		return "", err
+	}
+	if conflict := foreignPlacementNamespaces(found); conflict != "" {
+		return conflict, nil
+	}
+	if found.Drifted() || len(found.New) > 0 {
+		if _, _, err := remote.Harden(ctx, plane.Client, posture, HardeningFieldOwner); err != nil {
+			return "", err
+		}
+	}
+	if found.Drifted() {
+		why := fmt.Sprintf("the plane's hardening is not as the operator left it (%s): the uninstall credential is revoked until it is restored, read back and in force",
+			strings.Join(append(found.Admission, found.PodSecurity...), ", "))
+		r.Events.Eventf(s.plane, nil, corev1.EventTypeWarning, DriftedReason, "Teardown", "%s", why)
+		return why, nil
+	}
+	canary, err := plane.Canary()
+	if err != nil {
+		return "", err
+	}
+	pending, err := remote.Unenforced(ctx, canary, posture.Labels)
+	if err != nil {
+		return "", err
+	}
+	if len(pending) > 0 {
+		return fmt.Sprintf("the plane's API server does not enforce %v (a dry-run request they must refuse was accepted): no uninstall credential until it does", pending), nil
+	}
+	return "", nil
+}
+
 // removeIdentities revokes the applier credential, then removes from the plane
 // everything the operator gave an identity or a place to: the deployers and their
 // Roles, the applier, the placement namespaces and its own namespace. When the plane
 // does not answer, the credential is still revoked on the management side, and the stage
 // waits.
-func (r *ComputePlaneReconciler) removeIdentities(ctx context.Context, s *scope) (bool, string, error) {
+func (r *ComputePlaneReconciler) removeIdentities(ctx context.Context, s *scope) (stageWait, error) {
 	p := s.plane
 	if err := r.revokeApplierCredential(ctx, s); err != nil {
-		return false, "", err
+		return stageWait{}, err
 	}
 	if p.Status.InfrastructureNamespace == "" {
-		return true, "", nil
+		return stageWait{done: true}, nil
 	}
 	plane, ok := r.Planes.Existing(ctx, client.ObjectKeyFromObject(p))
 	if !ok {
 		if s.admin == nil {
 			obs, err := r.observeProviders(ctx, s, p.Status.InfrastructureNamespace, true)
 			if err != nil {
-				return false, "", err
+				return stageWait{}, err
 			}
 			s.admin = obs.credential
 		}
 		if s.admin == nil {
-			return true, "", nil // never reachable: nothing was ever put there
+			return stageWait{done: true}, nil // never reachable: nothing was ever put there
 		}
 		var err error
 		if plane, err = r.Planes.Get(ctx, client.ObjectKeyFromObject(p), s.admin); err != nil {
-			return false, fmt.Sprintf("the applier credential is revoked; the plane's API does not answer (%v), so its deployers, applier and placement namespaces cannot be removed yet", err), nil
+			return stageWait{message: fmt.Sprintf("the applier credential is revoked; the plane's API does not answer (%v), so its deployers, applier and placement namespaces cannot be removed yet", err)}, nil
 		}
 	}
 	labels := render.PlaneSelector(p)
@@ -220,30 +361,30 @@ func (r *ComputePlaneReconciler) removeIdentities(ctx context.Context, s *scope)
 	}
 	removed, err := remote.DeleteOwned(ctx, plane.Client, objs, labels)
 	if err != nil {
-		return false, "", err
+		return stageWait{}, err
 	}
 	if len(removed) > 0 {
 		r.Events.Eventf(p, nil, corev1.EventTypeNormal, "IdentitiesRemoved", "Teardown", "Removed from the plane: %s", strings.Join(removed, ", "))
 	}
-	return true, "", nil
+	return stageWait{done: true}, nil
 }
 
 // deleteEgressPolicies removes the plane's egress baseline (and, later, its grants).
 // The infrastructure namespace's default deny stays until the namespace goes: no VM is
 // ever unselected, even while the Cluster is deleted.
-func (r *ComputePlaneReconciler) deleteEgressPolicies(ctx context.Context, s *scope) (bool, string, error) {
+func (r *ComputePlaneReconciler) deleteEgressPolicies(ctx context.Context, s *scope) (stageWait, error) {
 	ns := s.plane.Status.InfrastructureNamespace
 	if ns == "" {
-		return true, "", nil
+		return stageWait{done: true}, nil
 	}
 	var policies ciliumv2.CiliumNetworkPolicyList
 	if err := r.List(ctx, &policies, client.InNamespace(ns), s.planeSelector()); err != nil {
-		return false, "", err
+		return stageWait{}, err
 	}
 	for i := range policies.Items {
 		if err := client.IgnoreNotFound(r.Delete(ctx, &policies.Items[i])); err != nil {
-			return false, "", err
+			return stageWait{}, err
 		}
 	}
-	return true, "", nil
+	return stageWait{done: true}, nil
 }

@@ -21,6 +21,8 @@ type Options struct {
 	Webhooks bool
 	// PlaneTimeout bounds every request to a plane's API server.
 	PlaneTimeout time.Duration
+	// PlanePassTimeout bounds one reconcile pass of a plane (zero: unbounded).
+	PlanePassTimeout time.Duration
 	// PlaneUnreachableGrace is how long a plane may not answer before its conditions
 	// say so (a blip does not close the gate visibly; it never opens it either).
 	PlaneUnreachableGrace time.Duration
@@ -51,6 +53,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*ComputePlaneRecon
 		RequeueInterval: o.RequeueInterval,
 		TokenLifetime:   max(o.ApplierTokenLifetime, 10*time.Minute),
 		ResyncInterval:  o.PlaneResyncInterval,
+		PassTimeout:     o.PlanePassTimeout,
 		Shard:           o.Shard,
 		Planes: &remote.ClusterCache{
 			Scheme:        mgr.GetScheme(),

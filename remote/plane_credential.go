@@ -113,3 +113,44 @@ func DeleteOwned(ctx context.Context, c client.Client, objs []client.Object, lab
 	}
 	return deleted, nil
 }
+
+// UnbindDeployer deletes the deployer's Roles and RoleBindings (those carrying labels,
+// the plane's) from every namespace that is no longer a target: a namespace taken out
+// of the spec keeps its objects and workloads, but placement releases may no longer
+// write there. It returns what it removed.
+func UnbindDeployer(ctx context.Context, c client.Client, targetNamespaces []string, labels map[string]string) ([]string, error) {
+	keep := map[string]bool{}
+	for _, ns := range targetNamespaces {
+		keep[ns] = true
+	}
+	var roles rbacv1.RoleList
+	if err := c.List(ctx, &roles, client.MatchingLabels(labels)); err != nil {
+		return nil, err
+	}
+	var bindings rbacv1.RoleBindingList
+	if err := c.List(ctx, &bindings, client.MatchingLabels(labels)); err != nil {
+		return nil, err
+	}
+	var stale []client.Object
+	for i := range bindings.Items {
+		stale = append(stale, &bindings.Items[i]) // the bindings first: they grant
+	}
+	for i := range roles.Items {
+		stale = append(stale, &roles.Items[i])
+	}
+	var removed []string
+	for _, o := range stale {
+		if o.GetName() != DeployerName || keep[o.GetNamespace()] || o.GetDeletionTimestamp() != nil {
+			continue
+		}
+		if err := client.IgnoreNotFound(c.Delete(ctx, o, client.Preconditions{UID: ptr.To(o.GetUID())})); err != nil {
+			return removed, err
+		}
+		kind := "Role"
+		if _, ok := o.(*rbacv1.RoleBinding); ok {
+			kind = "RoleBinding"
+		}
+		removed = append(removed, kind+" "+o.GetNamespace()+"/"+o.GetName())
+	}
+	return removed, nil
+}

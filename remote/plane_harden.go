@@ -25,11 +25,15 @@ type Findings struct {
 	// New lists namespaces without any Pod Security label: created since the last look,
 	// to be labelled. They are not drift.
 	New []string
+	// Foreign lists placement namespaces that exist in the plane without the plane's
+	// labels: someone else's (an add-on's, say). They are never adopted: Harden leaves
+	// them alone, and the plane is not valid while its spec names one.
+	Foreign []string
 }
 
 // Empty reports whether nothing was found.
 func (f Findings) Empty() bool {
-	return len(f.PodSecurity) == 0 && len(f.Admission) == 0 && len(f.New) == 0
+	return len(f.PodSecurity) == 0 && len(f.Admission) == 0 && len(f.New) == 0 && len(f.Foreign) == 0
 }
 
 // Drifted reports whether something the operator applied was removed or changed.
@@ -73,8 +77,15 @@ func Inspect(ctx context.Context, c client.Client, p Posture) (Findings, error) 
 		}
 	}
 	for _, obj := range p.PlacementObjects() {
+		if ns := seen[obj.GetNamespace()]; ns != nil && p.foreign(ns) {
+			continue
+		}
 		switch o := obj.(type) {
 		case *corev1.Namespace:
+			if ns := seen[o.Name]; ns != nil && p.foreign(ns) {
+				f.Foreign = append(f.Foreign, o.Name)
+				continue
+			}
 			if ns := seen[o.Name]; ns == nil || ns.Status.Phase != corev1.NamespaceActive {
 				f.PodSecurity = append(f.PodSecurity, "placement namespace "+o.Name+" is not Active")
 			}
@@ -127,11 +138,20 @@ func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) 
 	}
 	placement := map[string]bool{}
 	for _, obj := range p.PlacementObjects() {
+		if l := live[obj.GetNamespace()]; l != nil && p.foreign(l) {
+			continue
+		}
 		if ns, ok := obj.(*corev1.Namespace); ok {
+			l := live[ns.Name]
+			if l != nil && p.foreign(l) {
+				// Not the operator's: never adopted (Inspect reports it), labelled for Pod
+				// Security like any other namespace below.
+				continue
+			}
+			placement[ns.Name] = true
 			// Compare labels, not the applied hash: a relabelled namespace keeps the
 			// operator's annotation.
-			placement[ns.Name] = true
-			if l := live[ns.Name]; l != nil && hasLabels(l.Labels, ns.Labels) {
+			if l != nil && hasLabels(l.Labels, ns.Labels) {
 				continue
 			}
 			if err := forceApply(ctx, c, ns, fieldOwner); err != nil {

@@ -98,6 +98,17 @@ func (p Posture) isOperatorNamespace(name string) bool {
 	return false
 }
 
+// foreign says whether a live namespace is a placement namespace the operator did not
+// create for this plane: one it creates carries the plane's labels.
+func (p Posture) foreign(ns *corev1.Namespace) bool {
+	for _, n := range p.PlacementNamespaces {
+		if n == ns.Name {
+			return !hasLabels(ns.Labels, p.Labels)
+		}
+	}
+	return false
+}
+
 // PlacementObjects are the placement namespaces with their quota and limit range, and
 // the operator's own namespaces (with the ServiceAccounts the admission canary's pods
 // name: a pod needs an existing ServiceAccount before any policy looks at it).

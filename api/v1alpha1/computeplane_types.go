@@ -79,7 +79,10 @@ type ComputePlaneSpec struct {
 	// placement releases (hardened, with quota), beyond the one named like this namespace.
 	// System namespaces are refused: default, kube-*, the operator's own computeplane-*,
 	// and (checked by the controller, which knows the class) the class's Pod Security
-	// exempt namespaces and its add-ons' target namespaces.
+	// exempt namespaces and its add-ons' target namespaces. A namespace that already
+	// exists in the plane and was not created by the operator for this plane is never
+	// adopted (Valid=False/PlacementNamespaceConflict); one taken out of the list keeps
+	// its objects, but placement releases lose their rights there.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=32

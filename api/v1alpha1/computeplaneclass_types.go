@@ -149,6 +149,19 @@ type PlacementReleasePolicy struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=5000
 	MaxReleases int32 `json:"maxReleases,omitempty"`
+
+	// UninstallTimeout bounds how long a plane's teardown waits for Flux to uninstall its
+	// placement releases. All that time the operator keeps an applier credential valid
+	// (and only while the plane's hardening reads back as applied and in force), so Flux
+	// can uninstall. Past it the credential is revoked, the plane reports
+	// Stalled/UninstallTimedOut naming what holds each release (a finalizer that is not
+	// Flux's, a Flux shard label no controller serves, an uninstall that keeps failing),
+	// and only a platform operator's abandon annotation goes on. A release that Flux is
+	// done with but another finalizer keeps does not hold the credential at all.
+	// +optional
+	// +kubebuilder:default="30m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="uninstallTimeout must be between 10s and 24h"
+	UninstallTimeout *metav1.Duration `json:"uninstallTimeout,omitempty"`
 }
 
 // ControlPlaneProfile is the Kamaji control plane of each plane.

@@ -80,6 +80,11 @@ const (
 	DeletingNamespaceReason = "DeletingNamespace"
 )
 
+// UninstallTimedOutReason is the Stalled condition's reason when Flux has not
+// uninstalled the placement releases within the class's placementReleases.uninstallTimeout:
+// the uninstall credential is revoked, and only a platform operator's abandon goes on.
+const UninstallTimedOutReason = "UninstallTimedOut"
+
 // Reasons of the Valid condition.
 const (
 	// ClassNotFoundReason: spec.className names no ComputePlaneClass. The plane waits and
@@ -98,6 +103,12 @@ const (
 	// own, another plane's objects). The operator never adopts or merges: a person must
 	// remove it. Terminal until then.
 	InfrastructureConflictReason = "InfrastructureConflict"
+	// PlacementNamespaceConflictReason: a namespace spec.placementNamespaces lists
+	// already exists in the plane and was not created by the operator for this plane (an
+	// add-on's, say). The operator never adopts one (binding the deployer there would hand
+	// the tenant what it holds): rename it in the spec, or remove it from the plane.
+	// Terminal until then.
+	PlacementNamespaceConflictReason = "PlacementNamespaceConflict"
 )
 
 // PlacementOpenCondition is informational (not part of Ready): True while placement

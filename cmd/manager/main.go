@@ -40,6 +40,7 @@ func main() {
 		concurrent, webhookPort                   int
 		requeue, minRetry, maxRetry               time.Duration
 		planeTimeout, planeGrace, tokenLifetime   time.Duration
+		planePassTimeout                          time.Duration
 		planeResync                               time.Duration
 		leaseDuration, renewDeadline, retryPeriod time.Duration
 	)
@@ -63,6 +64,8 @@ func main() {
 	flag.DurationVar(&minRetry, "min-retry-delay", 750*time.Millisecond, "First backoff after a transient error.")
 	flag.DurationVar(&maxRetry, "max-retry-delay", 15*time.Minute, "Longest backoff after repeated transient errors.")
 	flag.DurationVar(&planeTimeout, "plane-timeout", 10*time.Second, "Timeout of every request to a plane's API server (and how long a successful health probe is trusted).")
+	flag.DurationVar(&planePassTimeout, "plane-pass-timeout", time.Minute,
+		"Longest one reconcile pass of a plane may take: past it the pass fails like an unanswered request (the gate closes, the plane is retried with backoff), so a plane whose API answers slowly holds a worker no longer than this; 0: unbounded.")
 	flag.DurationVar(&planeGrace, "plane-unreachable-grace", 30*time.Second, "How long a plane's API server may not answer before its conditions say PlaneUnreachable.")
 	flag.DurationVar(&planeResync, "plane-resync-interval", 5*time.Minute,
 		"Longest a Ready plane whose watches report no change goes without a full read of what the operator keeps in it (between, each --requeue-interval pass only probes it); 0 reads it in full every pass.")
@@ -139,6 +142,7 @@ func main() {
 		RequeueInterval:       requeue,
 		Webhooks:              webhooks,
 		PlaneTimeout:          planeTimeout,
+		PlanePassTimeout:      planePassTimeout,
 		PlaneUnreachableGrace: planeGrace,
 		PlaneResyncInterval:   planeResync,
 		ApplierTokenLifetime:  tokenLifetime,

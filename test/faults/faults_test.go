@@ -38,10 +38,10 @@ import (
 )
 
 // The manager's flags: production's, but for the pace (a waiting plane looks again in
-// seconds, a dead plane is reported after 8 s) and a 4 s lease, so a killed leader's
+// seconds, a dead plane is reported after 8 s, a pass gives up after 8 s) and a 4 s lease, so a killed leader's
 // successor takes over in seconds rather than 15.
 var managerArgs = []string{
-	"--requeue-interval=5s", "--plane-timeout=3s", "--plane-unreachable-grace=8s",
+	"--requeue-interval=5s", "--plane-timeout=3s", "--plane-pass-timeout=8s", "--plane-unreachable-grace=8s",
 	"--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s", "--leader-election-retry-period=1s",
 }
 
@@ -77,7 +77,8 @@ func run(m *testing.M) int {
 	var stopProvider func()
 	// Audited planes: a test tells from a plane's log who asked it what, with which
 	// certificate.
-	audited := devprovider.Options{Tenant: testenv.TenantOptions{Audit: true}}
+	// Each behind a latency proxy, so a test can make one answer slowly.
+	audited := devprovider.Options{Tenant: testenv.TenantOptions{Audit: true, Latency: true}}
 	if provider, stopProvider, err = devprovider.StartWith(ctx, mgmt.Config, scheme, audited); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

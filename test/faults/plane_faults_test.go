@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -103,6 +105,49 @@ func TestPlaneEtcdStopped(t *testing.T) {
 	}
 	waitFor(t, 2*time.Minute, readyIs(ctx, p, metav1.ConditionTrue))
 	figure(t, "etcd started → Ready", time.Since(started))
+}
+
+// TestSlowPlaneReleasesTheWorker: the plane's API answers every request, each 0.4 s
+// late: well inside --plane-timeout (3 s), yet a full read of the plane (dozens of
+// requests) would hold a worker for half a minute, and a plane a little slower for many
+// minutes. The pass gives up at --plane-pass-timeout (8 s) and the gate closes saying
+// so; it opens again once the plane answers promptly.
+func TestSlowPlaneReleasesTheWorker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	p := newPlane(t, ctx)
+	waitFor(t, 2*time.Minute, readyIs(ctx, p, metav1.ConditionTrue))
+	tenant := tenantOf(t, ctx, p)
+	if err := tenant.SetLatency(400 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tenant.SetLatency(0) }()
+	slowed := time.Now()
+	// A quiet Ready plane is only probed; a reconcile request reads it in full.
+	patch := client.MergeFrom(p.DeepCopy())
+	metav1.SetMetaDataAnnotation(&p.ObjectMeta, "reconcile.fluxcd.io/requestedAt", slowed.Format(time.RFC3339Nano))
+	if err := k8s.Patch(ctx, p, patch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, func() error {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		ready := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReadyCondition)
+		if ready == nil || ready.Status != metav1.ConditionFalse || !strings.Contains(ready.Message, "--plane-pass-timeout") {
+			return fmt.Errorf("Ready = %+v", ready)
+		}
+		return gateClosed(ctx, p)
+	})
+	figure(t, "plane 0.4 s late per request → pass cut at 8 s, gate closed", time.Since(slowed))
+
+	if err := tenant.SetLatency(0); err != nil {
+		t.Fatal(err)
+	}
+	prompt := time.Now()
+	waitFor(t, 2*time.Minute, readyIs(ctx, p, metav1.ConditionTrue))
+	figure(t, "plane prompt again → Ready", time.Since(prompt))
 }
 
 // TestAdminKubeconfigRotated: Kamaji replaces the plane's admin kubeconfig (a new client

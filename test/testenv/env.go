@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +46,8 @@ type Cluster struct {
 	// its own goroutine (a plane torn down while its etcd is being restarted).
 	mu      sync.Mutex
 	stopped bool
+	// latency sits in front of the apiserver (TenantOptions.Latency).
+	latency *latencyProxy
 }
 
 // Stop stops the apiserver and etcd and removes their data.
@@ -58,6 +61,9 @@ func (c *Cluster) Stop() error {
 		return nil
 	}
 	c.stopped = true
+	if c.latency != nil {
+		c.latency.close()
+	}
 	err := c.Env.Stop()
 	for _, dir := range []string{c.etcdDir, c.certDir, c.auditDir} {
 		if dir != "" {
@@ -227,6 +233,10 @@ type TenantOptions struct {
 	Audit bool
 	// SecurePort, when set, is the port to serve on (another cluster's old address).
 	SecurePort int
+	// Latency puts a TCP proxy in front of the apiserver, whose delay SetLatency
+	// changes; Config.Host, and the admin kubeconfigs written for the cluster, name the
+	// proxy (the apiserver's certificate covers its address: both are on loopback).
+	Latency bool
 }
 
 // StartTenantWith starts a tenant apiserver with options.
@@ -266,6 +276,19 @@ func StartTenantWith(scheme *runtime.Scheme, o TenantOptions) (*Cluster, error) 
 		return nil, err
 	}
 	c.etcdDir, c.AuditLog = dir, auditLog
+	if o.Latency {
+		u, err := url.Parse(c.Config.Host)
+		if err != nil {
+			_ = c.Stop()
+			return nil, err
+		}
+		if c.latency, err = startLatencyProxy(u.Host); err != nil {
+			_ = c.Stop()
+			return nil, err
+		}
+		u.Host = c.latency.addr()
+		c.Config.Host = u.String()
+	}
 	return c, nil
 }
 

@@ -48,6 +48,10 @@ func AdminKubeconfigSecret(tenant *Cluster, namespace, name string, groups ...st
 		return nil, err
 	}
 	kc := kubeadmShaped(cfg, name, AdminUser)
+	for _, cl := range kc.Clusters {
+		// The cluster's address as its clients reach it (a latency proxy in front).
+		cl.Server = tenant.Config.Host
+	}
 	data, err := clientcmd.Write(*kc)
 	if err != nil {
 		return nil, err
