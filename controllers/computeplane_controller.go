@@ -69,6 +69,9 @@ type ComputePlaneReconciler struct {
 	// ResyncInterval is the longest a plane whose watches saw nothing goes without a
 	// full read (zero: every pass reads it in full).
 	ResyncInterval time.Duration
+	// CapabilityLabel is the discovery beacon's key on a Ready plane's namespace (empty:
+	// none).
+	CapabilityLabel string
 	// PassTimeout bounds a pass's phases (or teardown stages), so that a plane whose API
 	// answers each request just within the request timeout cannot hold a worker for the
 	// sum of them; zero: unbounded. Past it the pass fails like an unanswered request.
@@ -205,8 +208,10 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.recordTeardownProgress(req.NamespacedName, -1)
 			r.writes.forget(req.NamespacedName)
 			r.applierMem.forget(req.NamespacedName)
+			// Gone without its teardown (which takes the beacon away first), say.
+			return ctrl.Result{}, r.signalCapability(ctx, req.Namespace, req.Name, false)
 		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return ctrl.Result{}, err
 	}
 	if !r.Shard.Holds(plane) {
 		// Another shard's (a plane moved away, or an event about another shard's plane):

@@ -32,7 +32,7 @@ var ownedConditions = append([]string{cpv1.ReadyCondition, cpv1.ReconcilingCondi
 func (r *ComputePlaneReconciler) patchStatus(ctx context.Context, s *scope, before *cpv1.ComputePlaneStatus, retErr error) error {
 	if s.released {
 		observeTransitions(s.plane, before, time.Now())
-		return nil
+		return r.signalCapability(ctx, s.plane.Namespace, s.plane.Name, false)
 	}
 	p := s.plane
 	deleting := !p.DeletionTimestamp.IsZero()
@@ -46,13 +46,26 @@ func (r *ComputePlaneReconciler) patchStatus(ctx context.Context, s *scope, befo
 		p.Status.LastHandledReconcileAt = v
 	}
 
+	// The beacon follows the status as written: announced only once Ready is stored,
+	// taken away at once when it is not.
+	ready := !deleting && apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.ReadyCondition)
 	after := ownedStatus(&p.Status)
 	if equality.Semantic.DeepEqual(ownedStatus(before), after) {
-		return nil
+		return r.signalCapability(ctx, p.Namespace, p.Name, ready)
+	}
+	if !ready {
+		if err := r.signalCapability(ctx, p.Namespace, p.Name, false); err != nil {
+			return err
+		}
 	}
 	written, err := applyStatus(ctx, r.Client, p, after)
 	if err != nil || !written {
 		return err
+	}
+	if ready {
+		if err := r.signalCapability(ctx, p.Namespace, p.Name, true); err != nil {
+			return err
+		}
 	}
 	r.writes.wrote(client.ObjectKeyFromObject(p), p.ResourceVersion, time.Now())
 	// Only what was written is news: a failed patch is retried, and its transitions

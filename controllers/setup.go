@@ -23,6 +23,9 @@ type Options struct {
 	PlaneTimeout time.Duration
 	// PlanePassTimeout bounds one reconcile pass of a plane (zero: unbounded).
 	PlanePassTimeout time.Duration
+	// CapabilityLabel is the discovery beacon's key on a Ready plane's namespace (empty:
+	// none; CheckCapabilityLabel says which keys are allowed).
+	CapabilityLabel string
 	// PlaneUnreachableGrace is how long a plane may not answer before its conditions
 	// say so (a blip does not close the gate visibly; it never opens it either).
 	PlaneUnreachableGrace time.Duration
@@ -54,6 +57,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*ComputePlaneRecon
 		TokenLifetime:   max(o.ApplierTokenLifetime, 10*time.Minute),
 		ResyncInterval:  o.PlaneResyncInterval,
 		PassTimeout:     o.PlanePassTimeout,
+		CapabilityLabel: o.CapabilityLabel,
 		Shard:           o.Shard,
 		Planes: &remote.ClusterCache{
 			Scheme:        mgr.GetScheme(),

@@ -158,6 +158,14 @@ func run(ctx context.Context, stay, verbose bool) error {
 		return err
 	}
 
+	step("The Ready plane announces itself on its namespace (the capabilities design's discovery beacon; gone when the gate closes)")
+	if err := kubectl("get", "namespace", "tenant-demo", "-L", controllers.DefaultCapabilityLabel); err != nil {
+		return err
+	}
+	if err := beaconIs(ctx, mgmt.Client, "tenant-demo", "demo"); err != nil {
+		return err
+	}
+
 	step("Inside the plane (through its admin kubeconfig, which only the operator uses): hardened namespaces, and a privileged pod refused by the plane's own apiserver")
 	planeKubeconfig, err := adminKubeconfig(ctx, mgmt.Client, infra, filepath.Dir(kubeconfig))
 	if err != nil {
@@ -250,7 +258,29 @@ func run(ctx context.Context, stay, verbose bool) error {
 	if err := kubectl("delete", "-n", "tenant-demo", "computeplane/demo", "--wait=false"); err != nil {
 		return err
 	}
-	return watchTeardown(ctx, mgmt.Client, key)
+	if err := watchTeardown(ctx, mgmt.Client, key); err != nil {
+		return err
+	}
+	return beaconIs(ctx, mgmt.Client, "tenant-demo", "")
+}
+
+// beaconIs checks the namespace's capability label (want "": none), waiting a moment
+// for it.
+func beaconIs(ctx context.Context, c client.Client, namespace, want string) error {
+	var got string
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		ns := &corev1.Namespace{}
+		if err := c.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+			return false, err
+		}
+		got = ns.Labels[controllers.DefaultCapabilityLabel]
+		return got == want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("namespace %s: %s=%q, want %q: %w", namespace, controllers.DefaultCapabilityLabel, got, want, err)
+	}
+	fmt.Printf("    %s: %s=%q, as it must be\n", namespace, controllers.DefaultCapabilityLabel, got)
+	return nil
 }
 
 // watchProvisioning prints each change of the plane's Provisioned condition until it is

@@ -41,6 +41,7 @@ func main() {
 		requeue, minRetry, maxRetry               time.Duration
 		planeTimeout, planeGrace, tokenLifetime   time.Duration
 		planePassTimeout                          time.Duration
+		capabilityLabel                           string
 		planeResync                               time.Duration
 		leaseDuration, renewDeadline, retryPeriod time.Duration
 	)
@@ -72,6 +73,8 @@ func main() {
 	flag.DurationVar(&tokenLifetime, "applier-token-lifetime", time.Hour, "Lifetime of the applier kubeconfig tokens (renewed after two thirds; at least 10m).")
 	flag.BoolVar(&reconcileRequests, "reconcile-requests", true,
 		"Reconcile when the reconcile.fluxcd.io/requestedAt annotation changes, and echo it in status.lastHandledReconcileAt.")
+	flag.StringVar(&capabilityLabel, "capability-label", controllers.DefaultCapabilityLabel,
+		"Label the operator sets on a Ready plane's namespace, naming the plane, and removes when its gate closes (the capabilities design's discovery beacon); it must start with "+controllers.CapabilityLabelPrefix+", empty sets none.")
 	flag.BoolVar(&webhooks, "enable-webhooks", true, "Serve the admission webhooks (needs a serving certificate).")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port of the admission webhook server.")
 	flag.StringVar(&certDir, "webhook-cert-dir", "", "Directory with tls.crt and tls.key for the webhook server; empty means the default.")
@@ -101,6 +104,10 @@ func main() {
 	// every sampled allocation. GODEBUG=memprofilerate=N wins.
 	if pprofAddr == "" && !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate=") {
 		runtime.MemProfileRate = 0
+	}
+	if err := controllers.CheckCapabilityLabel(capabilityLabel); err != nil {
+		log.Error(err, "checking --capability-label")
+		os.Exit(1)
 	}
 	shard, err := labels.Parse(watchSelector)
 	if err != nil {
@@ -143,6 +150,7 @@ func main() {
 		Webhooks:              webhooks,
 		PlaneTimeout:          planeTimeout,
 		PlanePassTimeout:      planePassTimeout,
+		CapabilityLabel:       capabilityLabel,
 		PlaneUnreachableGrace: planeGrace,
 		PlaneResyncInterval:   planeResync,
 		ApplierTokenLifetime:  tokenLifetime,

@@ -52,7 +52,7 @@ func TestShippedPoliciesNameTheOperator(t *testing.T) {
 		t.Fatal("config/default lacks the manager")
 	}
 	for _, name := range []string{"computeplane-finalizer-guard", "computeplane-placement-guard", "computeplane-placement-status-guard",
-		"computeplane-abandon-guard", "computeplane-shard-guard", "computeplane-service-access-guard"} {
+		"computeplane-abandon-guard", "computeplane-shard-guard", "computeplane-service-access-guard", "computeplane-namespace-guard"} {
 		if policies[name] == nil || bindings[name] == nil {
 			t.Errorf("config/default does not install %s and its binding", name)
 		}
@@ -62,7 +62,7 @@ func TestShippedPoliciesNameTheOperator(t *testing.T) {
 	if user != testenv.OperatorUser {
 		t.Errorf("the operator installs as %s; the tests run it as %s", user, testenv.OperatorUser)
 	}
-	for _, name := range []string{"computeplane-finalizer-guard", "computeplane-placement-guard"} {
+	for _, name := range []string{"computeplane-finalizer-guard", "computeplane-placement-guard", "computeplane-namespace-guard"} {
 		policy := policies[name]
 		if policy == nil {
 			t.Errorf("config/default does not install %s", name)
@@ -71,7 +71,8 @@ func TestShippedPoliciesNameTheOperator(t *testing.T) {
 		conds, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConditions")
 		found := false
 		for _, c := range conds {
-			if c.(map[string]any)["name"] == "not-the-operator" && strings.Contains(c.(map[string]any)["expression"].(string), "'"+user+"'") {
+			name := c.(map[string]any)["name"]
+			if (name == "not-the-operator" || name == "the-operator") && strings.Contains(c.(map[string]any)["expression"].(string), "'"+user+"'") {
 				found = true
 			}
 		}
