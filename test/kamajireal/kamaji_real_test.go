@@ -1,0 +1,238 @@
+// Package kamajireal runs the real Kamaji manager (v1.0.0, built by test/tools/kamaji.sh)
+// against a management apiserver and checks what it makes, with the test bed of
+// test/testenv (RealKamaji: a TLS etcd DataStore, the pod runner, the CONNECT proxy).
+//
+// Run:
+//
+//	test/tools/kamaji.sh                      # once; ~8 min cold on two cores
+//	KUBEBUILDER_ASSETS=$(test/tools/build.sh) go test -race ./test/kamajireal/
+//
+// Without the Kamaji binary the tests skip and say how to build it.
+package kamajireal_test
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/test/testenv"
+)
+
+// proxy is exported to this process's environment before anything makes an HTTP request:
+// net/http reads HTTPS_PROXY once per process.
+var proxy *testenv.PlaneProxy
+
+func TestMain(m *testing.M) {
+	var err error
+	if proxy, err = testenv.StartPlaneProxy(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := proxy.Export(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = proxy.Close()
+	os.Exit(code)
+}
+
+// TestRealKamajiMakesAReachablePlane: real Kamaji turns a TenantControlPlane Ready through
+// the pod runner, and the super-admin.svc kubeconfig it wrote reaches the plane through
+// the proxy, as the operator would read it, with no product change.
+func TestRealKamajiMakesAReachablePlane(t *testing.T) {
+	bin, err := testenv.KamajiBinary()
+	if errors.Is(err, testenv.ErrNoKamaji) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := controllers.NewScheme()
+	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Bare: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mgmt.Stop() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	start := time.Now()
+	kamaji, err := testenv.StartRealKamaji(ctx, mgmt, testenv.RealKamajiOptions{Binary: bin, Proxy: proxy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kamaji.KeepDir = os.Getenv("KEEP_KAMAJI_DIR") != ""
+	t.Cleanup(kamaji.Stop)
+	t.Logf("Kamaji, its DataStore etcd (%s) and the pod runner started in %s; logs in %s",
+		kamaji.EtcdEndpoint, time.Since(start).Round(time.Millisecond), kamaji.Dir)
+
+	const ns, name = "tenant-a", "plane-a"
+	if err := mgmt.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	// No spec.dataStore: Kamaji uses --datastore. The version is what v1.0.0 supports
+	// (its webhook, not registered here, would cap it at v1.30.2); the pod runner runs
+	// the kube-apiserver test/tools/build.sh built whatever the version says.
+	tcp := &kamajiv1alpha1.TenantControlPlane{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: kamajiv1alpha1.TenantControlPlaneSpec{
+			ControlPlane: kamajiv1alpha1.ControlPlane{
+				Deployment: kamajiv1alpha1.DeploymentSpec{Replicas: ptr.To(int32(1))},
+				Service:    kamajiv1alpha1.ServiceSpec{ServiceType: kamajiv1alpha1.ServiceTypeClusterIP},
+			},
+			Kubernetes: kamajiv1alpha1.KubernetesSpec{Version: "v1.30.2", Kubelet: kamajiv1alpha1.KubeletSpec{CGroupFS: "systemd"}},
+		},
+	}
+	created := time.Now()
+	if err := mgmt.Client.Create(ctx, tcp); err != nil {
+		t.Fatal(err)
+	}
+
+	// Ready as the operator reads it: status.kubernetesResources.version.status.
+	var kubeconfigAt time.Duration
+	testenv.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
+		if err := kamaji.Alive(); err != nil {
+			t.Fatal(err)
+		}
+		if err := mgmt.Client.Get(ctx, client.ObjectKeyFromObject(tcp), tcp); err != nil {
+			return err
+		}
+		if kubeconfigAt == 0 && tcp.Status.KubeConfig.Admin.SecretName != "" {
+			kubeconfigAt = time.Since(created)
+		}
+		if s := tcp.Status.Kubernetes.Version.Status; s == nil || *s != kamajiv1alpha1.VersionReady {
+			return fmt.Errorf("TenantControlPlane version status %v; %s\nKamaji log ends:\n%s",
+				ptr.Deref(s, "<none>"), kamaji.Runner.Describe(ns, name), kamaji.LogTail(10))
+		}
+		return nil
+	})
+	t.Logf("TenantControlPlane Ready %s after creation (admin kubeconfig named after %s); endpoint %s",
+		time.Since(created).Round(time.Millisecond), kubeconfigAt.Round(time.Millisecond), tcp.Status.ControlPlaneEndpoint)
+
+	secret := &corev1.Secret{}
+	if err := mgmt.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tcp.Status.KubeConfig.Admin.SecretName}, secret); err != nil {
+		t.Fatal(err)
+	}
+	if secret.Name != testenv.AdminKubeconfigSecretName(name) {
+		t.Errorf("admin kubeconfig Secret %q, want %q", secret.Name, testenv.AdminKubeconfigSecretName(name))
+	}
+
+	// What Kamaji wrote under each key: server and identity.
+	wantServer := map[string]string{
+		testenv.AdminKubeconfigKey:         "https://" + tcp.Status.ControlPlaneEndpoint,
+		testenv.SuperAdminKubeconfigKey:    "https://" + tcp.Status.ControlPlaneEndpoint,
+		testenv.AdminSvcKubeconfigKey:      fmt.Sprintf("https://%s.%s.svc:%d", name, ns, tcp.Spec.NetworkProfile.Port),
+		testenv.SuperAdminSvcKubeconfigKey: fmt.Sprintf("https://%s.%s.svc:%d", name, ns, tcp.Spec.NetworkProfile.Port),
+	}
+	wantUser := map[string]string{
+		testenv.AdminKubeconfigKey:         "CN=kubernetes-admin O=[kubeadm:cluster-admins]",
+		testenv.AdminSvcKubeconfigKey:      "CN=kubernetes-admin O=[kubeadm:cluster-admins]",
+		testenv.SuperAdminKubeconfigKey:    "CN=kubernetes-super-admin O=[system:masters]",
+		testenv.SuperAdminSvcKubeconfigKey: "CN=kubernetes-super-admin O=[system:masters]",
+	}
+	keys := make([]string, 0, len(secret.Data))
+	for k := range secret.Data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	t.Logf("%s keys: %v", secret.Name, keys)
+	for _, key := range []string{testenv.AdminKubeconfigKey, testenv.AdminSvcKubeconfigKey, testenv.SuperAdminKubeconfigKey, testenv.SuperAdminSvcKubeconfigKey} {
+		server, user, err := describeKubeconfig(secret.Data[key])
+		if err != nil {
+			t.Errorf("%s: %v", key, err)
+			continue
+		}
+		t.Logf("%-16s server %s, user %s", key, server, user)
+		if server != wantServer[key] {
+			t.Errorf("%s: server %s, want %s", key, server, wantServer[key])
+		}
+		if user != wantUser[key] {
+			t.Errorf("%s: user %s, want %s", key, user, wantUser[key])
+		}
+	}
+	t.Logf("proxy routes: %v", proxy.Routes())
+
+	// The plane, through super-admin.svc and HTTPS_PROXY: what the operator does.
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[testenv.SuperAdminSvcKubeconfigKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	plane, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nsl corev1.NamespaceList
+	if err := plane.List(ctx, &nsl); err != nil {
+		t.Fatalf("listing namespaces in the plane through %s: %v\n%s", cfg.Host, err, kamaji.Runner.Describe(ns, name))
+	}
+	var names []string
+	for _, n := range nsl.Items {
+		names = append(names, n.Name)
+	}
+	t.Logf("namespaces in the plane through %s: %v", cfg.Host, names)
+	if !strings.Contains(strings.Join(names, ","), "kube-system") {
+		t.Errorf("the plane has no kube-system: %v", names)
+	}
+	// It is the plane, not the management cluster.
+	if err := plane.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{}); err == nil {
+		t.Errorf("namespace %s of the management cluster is visible through the plane's kubeconfig", ns)
+	}
+
+	// admin.conf names the ClusterIP; kubernetes-admin's rights come from the
+	// kubeadm:cluster-admins binding, which Kamaji's soot manager creates in the plane
+	// (controllers/soot/manager.go, kubeadm phase ClusterAdminRBAC) once it is Ready,
+	// itself reaching the plane through the proxy.
+	acfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[testenv.AdminKubeconfigKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := client.New(acfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() error {
+		return admin.List(ctx, &corev1.NamespaceList{})
+	})
+	t.Logf("kubernetes-admin lists namespaces through %s (the ClusterIP, via the proxy)", acfg.Host)
+}
+
+// describeKubeconfig returns a kubeconfig's server and its client certificate's subject.
+func describeKubeconfig(b []byte) (server, user string, err error) {
+	cfg, err := clientcmd.Load(b)
+	if err != nil {
+		return "", "", err
+	}
+	ctx, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok {
+		return "", "", fmt.Errorf("no current context")
+	}
+	cluster, auth := cfg.Clusters[ctx.Cluster], cfg.AuthInfos[ctx.AuthInfo]
+	if cluster == nil || auth == nil {
+		return "", "", fmt.Errorf("context %s names no cluster or user", cfg.CurrentContext)
+	}
+	block, _ := pem.Decode(auth.ClientCertificateData)
+	if block == nil {
+		return cluster.Server, "", fmt.Errorf("user %s has no inline client certificate", ctx.AuthInfo)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return cluster.Server, "", err
+	}
+	return cluster.Server, fmt.Sprintf("CN=%s O=%v", cert.Subject.CommonName, cert.Subject.Organization), nil
+}
