@@ -12,10 +12,13 @@ package kamajireal_test
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -23,11 +26,14 @@ import (
 	"time"
 
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/test/testenv"
@@ -38,6 +44,7 @@ import (
 var proxy *testenv.PlaneProxy
 
 func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	var err error
 	if proxy, err = testenv.StartPlaneProxy(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -52,10 +59,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// TestRealKamajiMakesAReachablePlane: real Kamaji turns a TenantControlPlane Ready through
-// the pod runner, and the super-admin.svc kubeconfig it wrote reaches the plane through
-// the proxy, as the operator would read it, with no product change.
-func TestRealKamajiMakesAReachablePlane(t *testing.T) {
+// plane is a TenantControlPlane real Kamaji made Ready.
+type plane struct {
+	mgmt   *testenv.Cluster
+	kamaji *testenv.RealKamaji
+	tcp    *kamajiv1alpha1.TenantControlPlane
+}
+
+const ns, name = "tenant-a", "plane-a"
+
+// startPlane starts a management apiserver and real Kamaji, creates a TenantControlPlane
+// and waits for Kamaji to report it Ready.
+func startPlane(t *testing.T, ctx context.Context) *plane {
+	t.Helper()
 	bin, err := testenv.KamajiBinary()
 	if errors.Is(err, testenv.ErrNoKamaji) {
 		t.Skip(err)
@@ -63,14 +79,11 @@ func TestRealKamajiMakesAReachablePlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scheme := controllers.NewScheme()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Bare: true})
+	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: controllers.NewScheme(), Bare: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = mgmt.Stop() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 
 	start := time.Now()
 	kamaji, err := testenv.StartRealKamaji(ctx, mgmt, testenv.RealKamajiOptions{Binary: bin, Proxy: proxy})
@@ -82,13 +95,13 @@ func TestRealKamajiMakesAReachablePlane(t *testing.T) {
 	t.Logf("Kamaji, its DataStore etcd (%s) and the pod runner started in %s; logs in %s",
 		kamaji.EtcdEndpoint, time.Since(start).Round(time.Millisecond), kamaji.Dir)
 
-	const ns, name = "tenant-a", "plane-a"
 	if err := mgmt.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	// No spec.dataStore: Kamaji uses --datastore. The version is what v1.0.0 supports
-	// (its webhook, not registered here, would cap it at v1.30.2); the pod runner runs
-	// the kube-apiserver test/tools/build.sh built whatever the version says.
+	// No spec.dataStore: Kamaji's defaulting webhook sets --datastore. The version is
+	// what v1.0.0 supports (its validating webhook, not registered here, would cap it at
+	// v1.30.2); the pod runner runs the kube-apiserver test/tools/build.sh built
+	// (v1.36.3) whatever the version says.
 	tcp := &kamajiv1alpha1.TenantControlPlane{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: kamajiv1alpha1.TenantControlPlaneSpec{
@@ -102,6 +115,9 @@ func TestRealKamajiMakesAReachablePlane(t *testing.T) {
 	created := time.Now()
 	if err := mgmt.Client.Create(ctx, tcp); err != nil {
 		t.Fatal(err)
+	}
+	if tcp.Spec.DataStore != testenv.KamajiDataStoreName {
+		t.Errorf("spec.dataStore %q after Kamaji's defaulting webhook, want %q", tcp.Spec.DataStore, testenv.KamajiDataStoreName)
 	}
 
 	// Ready as the operator reads it: status.kubernetesResources.version.status.
@@ -124,6 +140,17 @@ func TestRealKamajiMakesAReachablePlane(t *testing.T) {
 	})
 	t.Logf("TenantControlPlane Ready %s after creation (admin kubeconfig named after %s); endpoint %s",
 		time.Since(created).Round(time.Millisecond), kubeconfigAt.Round(time.Millisecond), tcp.Status.ControlPlaneEndpoint)
+	return &plane{mgmt: mgmt, kamaji: kamaji, tcp: tcp}
+}
+
+// TestRealKamajiMakesAReachablePlane: real Kamaji turns a TenantControlPlane Ready through
+// the pod runner, and the super-admin.svc kubeconfig it wrote reaches the plane through
+// the proxy, as the operator would read it, with no product change.
+func TestRealKamajiMakesAReachablePlane(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	p := startPlane(t, ctx)
+	mgmt, kamaji, tcp, scheme := p.mgmt, p.kamaji, p.tcp, p.mgmt.Client.Scheme()
 
 	secret := &corev1.Secret{}
 	if err := mgmt.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tcp.Status.KubeConfig.Admin.SecretName}, secret); err != nil {
@@ -211,6 +238,119 @@ func TestRealKamajiMakesAReachablePlane(t *testing.T) {
 	})
 	t.Logf("kubernetes-admin lists namespaces through %s (the ClusterIP, via the proxy)", acfg.Host)
 }
+
+// TestRealKamajiRenewsTheAPIServerCertificate: with its serving certificate's Secret
+// deleted, Kamaji issues a new one (internal/resources/api_server_certificate.go), the
+// pod template's hash label changes (deployment.go templateLabels), and the rollout
+// (maxSurge 100%) moves the plane to a kube-apiserver serving the new certificate. The
+// TenantControlPlane's status is sampled all along: whether it leaves Ready is recorded.
+func TestRealKamajiRenewsTheAPIServerCertificate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	p := startPlane(t, ctx)
+	c := p.mgmt.Client
+	secretName := p.tcp.Status.Certificates.APIServer.SecretName
+	if secretName == "" {
+		t.Fatal("status.certificates.apiServer.secretName is empty")
+	}
+	kubeconfig := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: p.tcp.Status.KubeConfig.Admin.SecretName}, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig.Data[testenv.SuperAdminSvcKubeconfigKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldSerial := servedSerial(t, cfg.Host, cfg.CAData)
+	oldAddr, _ := p.kamaji.Runner.APIServer(ns, name)
+	dep := &appsv1.Deployment{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, dep); err != nil {
+		t.Fatal(err)
+	}
+	oldGeneration := dep.Generation
+
+	// Sample the TenantControlPlane's version status while the renewal rolls out.
+	statuses := map[string]int{}
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			tcp := &kamajiv1alpha1.TenantControlPlane{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tcp); err == nil {
+				statuses[string(ptr.Deref(tcp.Status.Kubernetes.Version.Status, "<none>"))]++
+			}
+		}
+	}()
+
+	deleted := time.Now()
+	if err := c.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secretName}}); err != nil {
+		t.Fatal(err)
+	}
+	var newSerial string
+	testenv.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
+		if err := p.kamaji.Alive(); err != nil {
+			t.Fatal(err)
+		}
+		addr, _ := p.kamaji.Runner.APIServer(ns, name)
+		if addr == oldAddr {
+			return fmt.Errorf("the old kube-apiserver (%s) still serves; %s", oldAddr, p.kamaji.Runner.Describe(ns, name))
+		}
+		newSerial = servedSerial(t, cfg.Host, cfg.CAData)
+		if newSerial == oldSerial {
+			return fmt.Errorf("the plane still serves certificate %s", oldSerial)
+		}
+		return nil
+	})
+	renewed := time.Since(deleted)
+	// The super-admin kubeconfig is unchanged (same CA) and still works.
+	plane, err := client.New(cfg, client.Options{Scheme: c.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() error { return plane.List(ctx, &corev1.NamespaceList{}) })
+	close(stop)
+	<-sampled
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, dep); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("serving certificate %s -> %s in %s; Deployment generation %d -> %d; kube-apiserver %s -> %s",
+		oldSerial, newSerial, renewed.Round(time.Millisecond), oldGeneration, dep.Generation, oldAddr, mustAddr(p.kamaji.Runner.APIServer(ns, name)))
+	t.Logf("TenantControlPlane version status samples during the renewal: %v", statuses)
+	tcp := &kamajiv1alpha1.TenantControlPlane{}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tcp); err != nil {
+			return err
+		}
+		if s := ptr.Deref(tcp.Status.Kubernetes.Version.Status, ""); s != kamajiv1alpha1.VersionReady {
+			return fmt.Errorf("TenantControlPlane version status %s after the renewal", s)
+		}
+		return nil
+	})
+}
+
+// servedSerial is the serial number of the certificate the plane serves at host,
+// reached through HTTPS_PROXY (a new connection each time).
+func servedSerial(t *testing.T, host string, caPEM []byte) string {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	tr := &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get(host + "/readyz")
+	if err != nil {
+		return "unreachable: " + err.Error()
+	}
+	_ = resp.Body.Close()
+	return resp.TLS.PeerCertificates[0].SerialNumber.Text(16)
+}
+
+func mustAddr(addr string, _ bool) string { return addr }
 
 // describeKubeconfig returns a kubeconfig's server and its client certificate's subject.
 func describeKubeconfig(b []byte) (server, user string, err error) {

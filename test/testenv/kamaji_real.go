@@ -432,6 +432,9 @@ type rsaCA struct {
 	keyPEM  []byte
 }
 
+// Ten years, as Kamaji's own certificates: its CertificateLifecycle controller asks for a
+// rotation of any Secret whose first parseable certificate (the CA's, in
+// <tcp>-datastore-certificate) expires within a day (controllers/certificate_lifecycle_controller.go).
 func newRSACA(cn string) (*rsaCA, error) {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -439,7 +442,7 @@ func newRSACA(cn string) (*rsaCA, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(24 * time.Hour),
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().AddDate(10, 0, 0),
 		IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 	}
@@ -465,7 +468,7 @@ func (ca *rsaCA) issue(cn string, usages []x509.ExtKeyUsage, dns []string, ips [
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(24 * time.Hour),
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().AddDate(10, 0, 0),
 		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: usages,
 		DNSNames: dns, IPAddresses: ips,
 	}

@@ -62,11 +62,15 @@ const kamajiAPIServerContainer = "kube-apiserver"
 //     unavailableReplicas == 0 as rolled out and then reports the version Ready
 //     (internal/resources/k8s_deployment_resource.go UpdateTenantControlPlaneStatus);
 //   - restarts the process when it exits (with a back-off, as a container's restart
-//     policy Always) and when the pod template changes (Kamaji puts hashes of the
-//     Secrets it mounts into the template's labels, so a certificate rotation is a new
-//     template: deployment.go templateLabels);
+//     policy Always), and rolls out a new pod template as Kamaji's default strategy asks
+//     (maxSurge 100%, maxUnavailable 0: deployment.go setStrategy): the new template's
+//     process starts next to the serving one, takes its routes once ready, and the old
+//     one stops. Kamaji puts hashes of the Secrets it mounts into the template's labels
+//     (deployment.go templateLabels), so a certificate Kamaji renews is such a rollout;
 //   - routes, through the PlaneProxy, https://<tcp>.<ns>.svc[.cluster.local]:<port> and
-//     the Service's <ClusterIP>:<port> to its loopback port.
+//     the Service's <ClusterIP>:<port> to the serving process's loopback port (each
+//     process has its own, so a client's next connection after a rollout reaches the
+//     new one).
 //
 // What it does not do: one process stands for all spec.replicas (the status reports
 // them all ready together); the scheduler and controller-manager containers do not run
@@ -98,19 +102,31 @@ type PodRunnerOptions struct {
 	Interval time.Duration
 }
 
+// runnerPod is one Deployment's pod as the runner plays it: the instance serving, and
+// during a rollout the one replacing it.
 type runnerPod struct {
 	key      types.NamespacedName
 	tcp      string
-	port     int
-	template string // hash of the pod template the process runs
-	proc     *hostProcess
 	dir      string
-	ready    bool
+	cur      *instance // serving, routed
+	next     *instance // started for a new pod template, routed once ready
+	seq      int
 	restarts int
 	nextTry  time.Time
 	lastErr  error
 	routed   []string
+	routedTo string
 }
+
+// instance is one kube-apiserver process: one pod of one pod template.
+type instance struct {
+	proc     *hostProcess
+	port     int
+	template string
+	ready    bool
+}
+
+func (i *instance) addr() string { return "127.0.0.1:" + strconv.Itoa(i.port) }
 
 // StartPodRunner starts the runner's loop.
 func StartPodRunner(c client.Client, proxy *PlaneProxy, o PodRunnerOptions) (*PodRunner, error) {
@@ -140,35 +156,49 @@ func (r *PodRunner) Stop() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for key, p := range r.pods {
-		p.proc.stop(10 * time.Second)
-		r.proxy.Unroute(p.addr())
+		r.remove(p)
 		delete(r.pods, key)
 	}
 	r.probe.CloseIdleConnections()
 }
 
+// remove stops a pod's processes and routes; r.mu is held.
+func (r *PodRunner) remove(p *runnerPod) {
+	for _, i := range []*instance{p.cur, p.next} {
+		if i != nil {
+			i.proc.stop(10 * time.Second)
+			r.proxy.Unroute(i.addr())
+		}
+	}
+	p.cur, p.next = nil, nil
+}
+
 // APIServer is the loopback address where the Deployment namespace/name's kube-apiserver
-// serves, once the runner has started it.
+// serves (the instance the proxy routes to), once the runner has started it.
 func (r *PodRunner) APIServer(namespace, name string) (string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.pods[types.NamespacedName{Namespace: namespace, Name: name}]
-	if !ok || p.proc == nil {
+	if !ok || p.cur == nil {
 		return "", false
 	}
-	return p.addr(), true
+	return p.cur.addr(), true
 }
 
-// Kill SIGKILLs the Deployment's kube-apiserver (a crashed container); the runner reports
-// it unavailable and restarts it after its back-off.
+// Kill SIGKILLs the Deployment's serving kube-apiserver (a crashed container); the runner
+// reports it unavailable and restarts it after its back-off.
 func (r *PodRunner) Kill(namespace, name string) error {
 	r.mu.Lock()
 	p, ok := r.pods[types.NamespacedName{Namespace: namespace, Name: name}]
+	var cur *instance
+	if ok {
+		cur = p.cur
+	}
 	r.mu.Unlock()
-	if !ok || p.proc == nil {
+	if cur == nil {
 		return fmt.Errorf("no kube-apiserver runs for Deployment %s/%s", namespace, name)
 	}
-	p.proc.kill()
+	cur.proc.kill()
 	return nil
 }
 
@@ -180,15 +210,15 @@ func (r *PodRunner) Describe(namespace, name string) string {
 	if !ok {
 		return fmt.Sprintf("the pod runner has not seen Deployment %s/%s", namespace, name)
 	}
-	s := fmt.Sprintf("Deployment %s/%s: port %d, ready %t, restarts %d, last error %v, routes %v",
-		namespace, name, p.port, p.ready, p.restarts, p.lastErr, p.routed)
-	if p.proc != nil {
-		s += "\nkube-apiserver log ends:\n" + p.proc.tail(15)
+	s := fmt.Sprintf("Deployment %s/%s: restarts %d, last error %v, routes %v -> %s",
+		namespace, name, p.restarts, p.lastErr, p.routed, p.routedTo)
+	for what, i := range map[string]*instance{"serving": p.cur, "rolling out": p.next} {
+		if i != nil {
+			s += fmt.Sprintf("\n%s: %s template %s ready %t; log ends:\n%s", what, i.addr(), i.template, i.ready, i.proc.tail(10))
+		}
 	}
 	return s
 }
-
-func (p *runnerPod) addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }
 
 func (r *PodRunner) loop(ctx context.Context) {
 	defer close(r.done)
@@ -223,8 +253,7 @@ func (r *PodRunner) pass(ctx context.Context) {
 	defer r.mu.Unlock()
 	for key, p := range r.pods {
 		if !seen[key] {
-			p.proc.stop(10 * time.Second)
-			r.proxy.Unroute(p.addr())
+			r.remove(p)
 			delete(r.pods, key)
 		}
 	}
@@ -232,60 +261,85 @@ func (r *PodRunner) pass(ctx context.Context) {
 
 func (r *PodRunner) syncOne(ctx context.Context, d *appsv1.Deployment) {
 	key := types.NamespacedName{Namespace: d.Namespace, Name: d.Name}
+	template := templateHash(d)
 	r.mu.Lock()
 	p, ok := r.pods[key]
 	if !ok {
-		addr, err := FreeAddr()
-		if err != nil {
-			r.mu.Unlock()
-			return
-		}
-		_, port, _ := net.SplitHostPort(addr)
-		n, _ := strconv.Atoi(port)
-		p = &runnerPod{key: key, tcp: d.Labels[kamajiNameLabel], port: n, dir: filepath.Join(r.dir, d.Namespace+"_"+d.Name)}
+		p = &runnerPod{key: key, tcp: d.Labels[kamajiNameLabel], dir: filepath.Join(r.dir, d.Namespace+"_"+d.Name)}
 		r.pods[key] = p
 	}
-	r.mu.Unlock()
-
-	template := templateHash(d)
-	r.mu.Lock()
-	switch {
-	case p.proc != nil && p.template != template:
-		// A new pod template: the rollout replaces the pod.
-		p.proc.stop(10 * time.Second)
-		p.proc, p.ready = nil, false
-		p.nextTry = time.Time{}
-	case p.proc != nil && p.proc.exited():
-		// The container died: restart with back-off, as restartPolicy Always.
-		p.lastErr = p.proc.exitError()
-		p.proc, p.ready = nil, false
+	// A dead container is restarted in place with back-off, as restartPolicy Always
+	// (1 s, 2 s, ... 16 s); a pod rolling out replaces a dead one at once.
+	if p.cur != nil && p.cur.proc.exited() {
+		p.lastErr = p.cur.proc.exitError()
+		r.proxy.Unroute(p.cur.addr())
+		p.cur = nil
 		p.restarts++
 		p.nextTry = time.Now().Add(time.Duration(1<<min(p.restarts-1, 4)) * time.Second)
 	}
-	startNow := p.proc == nil && time.Now().After(p.nextTry)
+	if p.next != nil && p.next.proc.exited() {
+		p.lastErr = p.next.proc.exitError()
+		p.next = nil
+		p.restarts++
+		p.nextTry = time.Now().Add(time.Duration(1<<min(p.restarts-1, 4)) * time.Second)
+	}
+	if p.next != nil && p.next.template != template {
+		// Superseded before it was ready.
+		p.next.proc.stop(10 * time.Second)
+		p.next = nil
+	}
+	if p.cur == nil && p.next != nil {
+		p.cur, p.next = p.next, nil
+	}
+	// What to start: the first pod, a replacement for a dead one, or the new template's
+	// pod next to the serving one (Kamaji's default strategy is maxSurge 100%,
+	// maxUnavailable 0: deployment.go setStrategy).
+	startCur := p.cur == nil
+	startNext := p.cur != nil && p.cur.template != template && p.next == nil
+	due := time.Now().After(p.nextTry)
 	r.mu.Unlock()
 
-	if startNow {
-		proc, err := r.start(ctx, d, p)
+	if (startCur || startNext) && due {
+		i, err := r.start(ctx, d, p, template)
 		r.mu.Lock()
 		p.lastErr = err
-		if err == nil {
-			p.proc, p.template = proc, template
-		} else {
+		switch {
+		case err != nil:
 			// Volumes not there yet (the kubelet waits in ContainerCreating), or worse.
 			p.nextTry = time.Now().Add(time.Second)
+		case startCur:
+			p.cur = i
+		default:
+			p.next = i
 		}
 		r.mu.Unlock()
 	}
+
 	r.mu.Lock()
-	proc := p.proc
+	cur, next := p.cur, p.next
 	r.mu.Unlock()
-	ready := proc != nil && !proc.exited() && r.ready(d, p)
+	curReady := cur != nil && !cur.proc.exited() && r.ready(d, cur.addr())
+	nextReady := next != nil && !next.proc.exited() && r.ready(d, next.addr())
+	var old *instance
 	r.mu.Lock()
-	p.ready = ready
+	if cur != nil {
+		cur.ready = curReady
+	}
+	if next != nil {
+		next.ready = nextReady
+		if nextReady && p.next == next {
+			// The new pod is ready: it takes the traffic, the old one goes.
+			old, p.cur, p.next = p.cur, next, nil
+			cur, next = p.cur, nil
+			curReady = true
+		}
+	}
 	r.mu.Unlock()
-	r.route(ctx, d, p)
-	if err := r.reportStatus(ctx, d, ready); err != nil {
+	if old != nil {
+		go old.proc.stop(30 * time.Second)
+	}
+	r.route(ctx, d, p, cur)
+	if err := r.reportStatus(ctx, d, template, cur, next); err != nil {
 		r.mu.Lock()
 		p.lastErr = fmt.Errorf("patching the Deployment status: %w", err)
 		r.mu.Unlock()
@@ -299,8 +353,8 @@ func templateHash(d *appsv1.Deployment) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// start materialises the kube-apiserver container of d and runs it.
-func (r *PodRunner) start(ctx context.Context, d *appsv1.Deployment, p *runnerPod) (*hostProcess, error) {
+// start materialises the kube-apiserver container of d and runs it on a port of its own.
+func (r *PodRunner) start(ctx context.Context, d *appsv1.Deployment, p *runnerPod, template string) (*instance, error) {
 	spec := d.Spec.Template.Spec
 	var container *corev1.Container
 	for i := range spec.Containers {
@@ -315,30 +369,40 @@ func (r *PodRunner) start(ctx context.Context, d *appsv1.Deployment, p *runnerPo
 	if !ok {
 		return nil, fmt.Errorf("no local binary for image %s", container.Image)
 	}
-	root := filepath.Join(p.dir, "volumes")
-	_ = os.RemoveAll(root)
-	mounts, err := materialise(ctx, r.client, d.Namespace, spec, *container, root)
+	addr, err := FreeAddr()
 	if err != nil {
+		return nil, err
+	}
+	_, portStr, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(portStr)
+	r.mu.Lock()
+	p.seq++
+	dir := filepath.Join(p.dir, strconv.Itoa(p.seq))
+	r.mu.Unlock()
+	mounts, err := materialise(ctx, r.client, d.Namespace, spec, *container, filepath.Join(dir, "volumes"))
+	if err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	var args []string
 	if len(container.Command) > 1 {
 		args = append(args, container.Command[1:]...)
 	}
-	args = runnerArgs(append(args, container.Args...), mounts, p.port)
+	args = runnerArgs(append(args, container.Args...), mounts, port)
 	env := envWithout("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
 	for _, e := range container.Env {
 		if e.ValueFrom == nil {
 			env = append(env, e.Name+"="+e.Value)
 		}
 	}
-	if err := os.MkdirAll(p.dir, 0o700); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "args"), []byte(strings.Join(args, "\n")+"\n"), 0o600); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(p.dir, "args"), []byte(strings.Join(args, "\n")+"\n"), 0o600); err != nil {
+	proc, err := startHostProcess("kube-apiserver of "+d.Namespace+"/"+d.Name, bin, args, env, filepath.Join(dir, "kube-apiserver.log"))
+	if err != nil {
 		return nil, err
 	}
-	return startHostProcess("kube-apiserver of "+d.Namespace+"/"+d.Name, bin, args, env, filepath.Join(p.dir, "kube-apiserver.log"))
+	return &instance{proc: proc, port: port, template: template}, nil
 }
 
 // imageName is an image reference's last path element without tag or digest:
@@ -505,14 +569,14 @@ func keyFiles(data map[string][]byte, items []corev1.KeyToPath, what string, int
 }
 
 // ready runs the container's readiness probe against the process.
-func (r *PodRunner) ready(d *appsv1.Deployment, p *runnerPod) bool {
+func (r *PodRunner) ready(d *appsv1.Deployment, addr string) bool {
 	path := "/readyz"
 	for _, c := range d.Spec.Template.Spec.Containers {
 		if c.Name == kamajiAPIServerContainer && c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil {
 			path = c.ReadinessProbe.HTTPGet.Path
 		}
 	}
-	resp, err := r.probe.Get("https://" + p.addr() + path)
+	resp, err := r.probe.Get("https://" + addr + path)
 	if err != nil {
 		return false
 	}
@@ -520,11 +584,14 @@ func (r *PodRunner) ready(d *appsv1.Deployment, p *runnerPod) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// route maps the plane's in-cluster addresses to the process: the .svc names Kamaji
-// writes into the *.svc kubeconfigs (internal/resources/kubeconfig.go) and the Service's
-// ClusterIP, which is status.controlPlaneEndpoint and the server of admin.conf and
-// super-admin.conf (internal/resources/k8s_service_resource.go).
-func (r *PodRunner) route(ctx context.Context, d *appsv1.Deployment, p *runnerPod) {
+// route maps the plane's in-cluster addresses to the serving instance: the .svc names
+// Kamaji writes into the *.svc kubeconfigs (internal/resources/kubeconfig.go) and the
+// Service's ClusterIP, which is status.controlPlaneEndpoint and the server of admin.conf
+// and super-admin.conf (internal/resources/k8s_service_resource.go).
+func (r *PodRunner) route(ctx context.Context, d *appsv1.Deployment, p *runnerPod, cur *instance) {
+	if cur == nil {
+		return
+	}
 	tcp := p.tcp
 	if tcp == "" {
 		tcp = d.Name
@@ -545,32 +612,51 @@ func (r *PodRunner) route(ctx context.Context, d *appsv1.Deployment, p *runnerPo
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if strings.Join(from, ",") == strings.Join(p.routed, ",") {
+	if strings.Join(from, ",") == strings.Join(p.routed, ",") && p.routedTo == cur.addr() {
 		return
 	}
-	r.proxy.Unroute(p.addr())
-	for _, f := range from {
-		r.proxy.Route(f, p.addr())
+	if p.routedTo != "" {
+		r.proxy.Unroute(p.routedTo)
 	}
-	p.routed = from
+	for _, f := range from {
+		r.proxy.Route(f, cur.addr())
+	}
+	p.routed, p.routedTo = from, cur.addr()
 }
 
-// reportStatus patches the Deployment's status as the Deployment controller would for
-// its pods: all replicas ready and available, or none.
-func (r *PodRunner) reportStatus(ctx context.Context, d *appsv1.Deployment, ready bool) error {
-	replicas := int32(1)
+// reportStatus patches the Deployment's status as the Deployment controller computes it
+// from its ReplicaSets (pkg/controller/deployment/sync.go calculateStatus): the serving
+// instance stands for spec.replicas pods of its template, a rolling-out one for as many
+// of the new template; unavailable is all pods minus available ones.
+func (r *PodRunner) reportStatus(ctx context.Context, d *appsv1.Deployment, template string, cur, next *instance) error {
+	n := int32(1)
 	if d.Spec.Replicas != nil {
-		replicas = *d.Spec.Replicas
+		n = *d.Spec.Replicas
+	}
+	var total, updated, ready int32
+	for _, i := range []*instance{cur, next} {
+		if i == nil {
+			continue
+		}
+		total += n
+		if i.template == template {
+			updated += n
+		}
+		if i.ready {
+			ready += n
+		}
+	}
+	if total == 0 {
+		// Nothing runs: the new ReplicaSet still wants its pods.
+		total, updated = n, n
 	}
 	want := appsv1.DeploymentStatus{
-		ObservedGeneration: d.Generation,
-		Replicas:           replicas,
-		UpdatedReplicas:    replicas,
-	}
-	if ready {
-		want.ReadyReplicas, want.AvailableReplicas = replicas, replicas
-	} else {
-		want.UnavailableReplicas = replicas
+		ObservedGeneration:  d.Generation,
+		Replicas:            total,
+		UpdatedReplicas:     updated,
+		ReadyReplicas:       ready,
+		AvailableReplicas:   ready,
+		UnavailableReplicas: total - ready,
 	}
 	got := d.Status
 	if got.ObservedGeneration == want.ObservedGeneration && got.Replicas == want.Replicas &&
