@@ -79,7 +79,9 @@ func startPlane(t *testing.T, ctx context.Context) *plane {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: controllers.NewScheme(), Bare: true})
+	// The full management cluster (the operator's CRDs, RBAC and admission policies, as
+	// the controllers suite has it): Kamaji's writes pass its policies.
+	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: controllers.NewScheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
