@@ -28,6 +28,7 @@ import (
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -112,6 +113,20 @@ func startPlane(t *testing.T, ctx context.Context) *plane {
 				Service:    kamajiv1alpha1.ServiceSpec{ServiceType: kamajiv1alpha1.ServiceTypeClusterIP},
 			},
 			Kubernetes: kamajiv1alpha1.KubernetesSpec{Version: "v1.30.2", Kubelet: kamajiv1alpha1.KubeletSpec{CGroupFS: "systemd"}},
+			// The add-ons the operator's KamajiControlPlane asks for
+			// (controllers/render/cluster.go), which Kamaji's CAPI provider copies here.
+			// Konnectivity adds a konnectivity-server container (not run) and an egress
+			// selector the pod runner drops. The Go types send server.port: 0 (the field
+			// has no omitempty, so the CRD's default never applies) and Kamaji's
+			// Deployment update is then refused (containerPort: Required value): give
+			// the CRD's default port explicitly.
+			Addons: kamajiv1alpha1.AddonsSpec{
+				CoreDNS:   &kamajiv1alpha1.AddonSpec{},
+				KubeProxy: &kamajiv1alpha1.AddonSpec{},
+				Konnectivity: &kamajiv1alpha1.KonnectivitySpec{
+					KonnectivityServerSpec: kamajiv1alpha1.KonnectivityServerSpec{Port: 8132},
+				},
+			},
 		},
 	}
 	created := time.Now()
@@ -334,6 +349,67 @@ func TestRealKamajiRenewsTheAPIServerCertificate(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestRealKamajiPlaneCrashesAndIsDeleted: the plane's kube-apiserver dies (SIGKILL); the
+// pod runner reports the Deployment unavailable, Kamaji reports the TenantControlPlane
+// NotReady (k8s_deployment_resource.go isNotReady), and Ready again once the runner has
+// restarted it. Then the TenantControlPlane is deleted and Kamaji's finalizers run.
+func TestRealKamajiPlaneCrashesAndIsDeleted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	p := startPlane(t, ctx)
+	c := p.mgmt.Client
+	status := func() kamajiv1alpha1.KubernetesVersionStatus {
+		tcp := &kamajiv1alpha1.TenantControlPlane{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tcp); err != nil {
+			return kamajiv1alpha1.KubernetesVersionStatus("error: " + err.Error())
+		}
+		return ptr.Deref(tcp.Status.Kubernetes.Version.Status, "<none>")
+	}
+	killed := time.Now()
+	if err := p.kamaji.Runner.Kill(ns, name); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() error {
+		if s := status(); s != kamajiv1alpha1.VersionNotReady {
+			return fmt.Errorf("version status %s after the kill, want NotReady", s)
+		}
+		return nil
+	})
+	notReady := time.Since(killed)
+	testenv.Eventually(t, time.Minute, func() error {
+		if s := status(); s != kamajiv1alpha1.VersionReady {
+			return fmt.Errorf("version status %s, want Ready again; %s", s, p.kamaji.Runner.Describe(ns, name))
+		}
+		return nil
+	})
+	t.Logf("killed: NotReady after %s, Ready again after %s", notReady.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+
+	deleted := time.Now()
+	if err := c.Delete(ctx, p.tcp); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() error {
+		tcp := &kamajiv1alpha1.TenantControlPlane{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p.tcp), tcp); err == nil {
+			return fmt.Errorf("TenantControlPlane still there, finalizers %v; Kamaji log ends:\n%s", tcp.Finalizers, p.kamaji.LogTail(5))
+		} else if !apierrors.IsNotFound(err) {
+			return err
+		}
+		return nil
+	})
+	dep := &appsv1.Deployment{}
+	depErr := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, dep)
+	t.Logf("TenantControlPlane gone %s after its deletion; its Deployment afterwards: %v (envtest runs no garbage collector)",
+		time.Since(deleted).Round(time.Millisecond), errOr(depErr, "still there"))
+}
+
+func errOr(err error, otherwise string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return otherwise
 }
 
 // servedSerial is the serial number of the certificate the plane serves at host,
