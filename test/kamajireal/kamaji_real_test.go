@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/remote"
 	"github.com/cozystack/computeplane/test/testenv"
 )
 
@@ -212,8 +213,33 @@ func TestRealKamajiMakesAReachablePlane(t *testing.T) {
 	}
 	t.Logf("proxy routes: %v", proxy.Routes())
 
-	// The plane, through super-admin.svc and HTTPS_PROXY: what the operator does.
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[testenv.SuperAdminSvcKubeconfigKey])
+	// The operator's parser (remote.ParseAdminKubeconfig) accepts what Kamaji wrote under
+	// every key, with the servers the operator allows: those the TenantControlPlane
+	// reports (controllers/computeplane_provision.go controlPlaneServers, copied here).
+	servers := []string{"https://" + tcp.Status.ControlPlaneEndpoint}
+	for _, domain := range []string{"svc", "svc.cluster.local"} {
+		servers = append(servers, fmt.Sprintf("https://%s.%s.%s:%d", name, ns, domain, tcp.Spec.NetworkProfile.Port))
+	}
+	for _, key := range []string{testenv.AdminKubeconfigKey, testenv.AdminSvcKubeconfigKey, testenv.SuperAdminKubeconfigKey, testenv.SuperAdminSvcKubeconfigKey} {
+		cred, err := remote.ParseAdminKubeconfig(secret.Data[key], servers)
+		if err != nil {
+			t.Errorf("the operator refuses Kamaji's %s: %v", key, err)
+			continue
+		}
+		t.Logf("the operator accepts %s: server %s, identity %s", key, cred.Server, cred.Identity)
+	}
+	cred, err := remote.ParseAdminKubeconfig(secret.Data[testenv.SuperAdminSvcKubeconfigKey], servers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cred.Identity != testenv.AdminUser {
+		t.Errorf("identity of super-admin.svc as the operator reads it: %s, want %s", cred.Identity, testenv.AdminUser)
+	}
+
+	// The plane, through the credential the operator parsed from super-admin.svc and
+	// HTTPS_PROXY: what the operator does (its own transport also takes the proxy from
+	// the environment: remote/plane_transport.go).
+	cfg, err := cred.RESTConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
