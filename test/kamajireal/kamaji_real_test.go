@@ -380,7 +380,8 @@ func TestRealKamajiRenewsTheAPIServerCertificate(t *testing.T) {
 // TestRealKamajiPlaneCrashesAndIsDeleted: the plane's kube-apiserver dies (SIGKILL); the
 // pod runner reports the Deployment unavailable, Kamaji reports the TenantControlPlane
 // NotReady (k8s_deployment_resource.go isNotReady), and Ready again once the runner has
-// restarted it. Then the TenantControlPlane is deleted and Kamaji's finalizers run.
+// restarted it. Then the TenantControlPlane is deleted: Kamaji's finalizers run, and the
+// pod runner, playing the garbage collector, deletes the Deployment and stops the plane.
 func TestRealKamajiPlaneCrashesAndIsDeleted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -425,17 +426,23 @@ func TestRealKamajiPlaneCrashesAndIsDeleted(t *testing.T) {
 		}
 		return nil
 	})
-	dep := &appsv1.Deployment{}
-	depErr := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, dep)
-	t.Logf("TenantControlPlane gone %s after its deletion; its Deployment afterwards: %v (envtest runs no garbage collector)",
-		time.Since(deleted).Round(time.Millisecond), errOr(depErr, "still there"))
-}
-
-func errOr(err error, otherwise string) string {
-	if err != nil {
-		return err.Error()
+	gone := time.Since(deleted)
+	// The pod runner plays the garbage collector for the Deployment: the plane stops,
+	// and its addresses are routed nowhere.
+	testenv.Eventually(t, time.Minute, func() error {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the Deployment after its TenantControlPlane is gone: %v", err)
+		}
+		if addr, ok := p.kamaji.Runner.APIServer(ns, name); ok {
+			return fmt.Errorf("the plane's kube-apiserver still runs at %s", addr)
+		}
+		return nil
+	})
+	t.Logf("TenantControlPlane gone %s after its deletion, its Deployment and kube-apiserver %s after; proxy routes left: %v",
+		gone.Round(time.Millisecond), time.Since(deleted).Round(time.Millisecond), proxy.Routes())
+	if routes := proxy.Routes(); len(routes) != 0 {
+		t.Errorf("routes left after the plane is gone: %v", routes)
 	}
-	return otherwise
 }
 
 // servedSerial is the serial number of the certificate the plane serves at host,

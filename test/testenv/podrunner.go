@@ -20,6 +20,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -70,13 +72,14 @@ const kamajiAPIServerContainer = "kube-apiserver"
 //   - routes, through the PlaneProxy, https://<tcp>.<ns>.svc[.cluster.local]:<port> and
 //     the Service's <ClusterIP>:<port> to the serving process's loopback port (each
 //     process has its own, so a client's next connection after a rollout reaches the
-//     new one).
+//     new one);
+//   - plays the one part of the garbage collector (which envtest lacks) that matters
+//     here: a Deployment whose TenantControlPlane is gone is deleted, so its pod stops.
 //
 // What it does not do: one process stands for all spec.replicas (the status reports
-// them all ready together); the scheduler and controller-manager containers do not run
-// (no kubelet, no nodes: nothing for them to do here); no pods exist in the API; a
-// Deployment deleted by the garbage collector (which envtest lacks) only stops when
-// something deletes it.
+// them all ready together); the scheduler, controller-manager and konnectivity-server
+// containers do not run (no kubelet, no nodes: nothing for them to do here); no pods
+// exist in the API; Kamaji's other objects outlive their TenantControlPlane.
 type PodRunner struct {
 	client   client.Client
 	proxy    *PlaneProxy
@@ -87,9 +90,10 @@ type PodRunner struct {
 	mu   sync.Mutex
 	pods map[types.NamespacedName]*runnerPod
 
-	cancel context.CancelFunc
-	done   chan struct{}
-	probe  *http.Client
+	cancel   context.CancelFunc
+	done     chan struct{}
+	stopping sync.WaitGroup
+	probe    *http.Client
 }
 
 // PodRunnerOptions shape a PodRunner.
@@ -160,17 +164,29 @@ func (r *PodRunner) Stop() {
 		delete(r.pods, key)
 	}
 	r.probe.CloseIdleConnections()
+	r.stopping.Wait()
 }
 
-// remove stops a pod's processes and routes; r.mu is held.
+// remove unroutes a pod at once and stops its processes in the background (a kube-apiserver
+// may take seconds to drain); r.mu is held.
 func (r *PodRunner) remove(p *runnerPod) {
 	for _, i := range []*instance{p.cur, p.next} {
 		if i != nil {
-			i.proc.stop(10 * time.Second)
 			r.proxy.Unroute(i.addr())
+			r.stopLater(i)
 		}
 	}
 	p.cur, p.next = nil, nil
+}
+
+// stopLater stops an instance in the background, as the kubelet ends a pod (SIGTERM, then
+// SIGKILL after the grace period); Stop waits for every one.
+func (r *PodRunner) stopLater(i *instance) {
+	r.stopping.Add(1)
+	go func() {
+		defer r.stopping.Done()
+		i.proc.stop(30 * time.Second)
+	}()
 }
 
 // APIServer is the loopback address where the Deployment namespace/name's kube-apiserver
@@ -246,6 +262,9 @@ func (r *PodRunner) pass(ctx context.Context) {
 		if d.DeletionTimestamp != nil {
 			continue
 		}
+		if r.collect(ctx, d) {
+			continue
+		}
 		seen[key] = true
 		r.syncOne(ctx, d)
 	}
@@ -257,6 +276,28 @@ func (r *PodRunner) pass(ctx context.Context) {
 			delete(r.pods, key)
 		}
 	}
+}
+
+// collect plays the garbage collector (which envtest does not run) for a Deployment whose
+// controlling TenantControlPlane is gone (Kamaji sets it: k8s_deployment_resource.go,
+// SetControllerReference): it deletes the Deployment, and the pass stops its pod.
+// Kamaji's other objects (Secrets, Service, ConfigMaps) stay, as everything else in envtest.
+func (r *PodRunner) collect(ctx context.Context, d *appsv1.Deployment) bool {
+	owner := metav1.GetControllerOf(d)
+	if owner == nil || owner.Kind != "TenantControlPlane" {
+		return false
+	}
+	tcp := &metav1.PartialObjectMetadata{}
+	tcp.SetGroupVersionKind(schema.FromAPIVersionAndKind(owner.APIVersion, owner.Kind))
+	err := r.client.Get(ctx, client.ObjectKey{Namespace: d.Namespace, Name: owner.Name}, tcp)
+	switch {
+	case err == nil && tcp.UID == owner.UID:
+		return false
+	case err != nil && !apierrors.IsNotFound(err):
+		return false
+	}
+	_ = r.client.Delete(ctx, d, client.Preconditions{UID: &d.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	return true
 }
 
 func (r *PodRunner) syncOne(ctx context.Context, d *appsv1.Deployment) {
@@ -285,7 +326,7 @@ func (r *PodRunner) syncOne(ctx context.Context, d *appsv1.Deployment) {
 	}
 	if p.next != nil && p.next.template != template {
 		// Superseded before it was ready.
-		p.next.proc.stop(10 * time.Second)
+		r.stopLater(p.next)
 		p.next = nil
 	}
 	if p.cur == nil && p.next != nil {
@@ -336,7 +377,7 @@ func (r *PodRunner) syncOne(ctx context.Context, d *appsv1.Deployment) {
 	}
 	r.mu.Unlock()
 	if old != nil {
-		go old.proc.stop(30 * time.Second)
+		r.stopLater(old)
 	}
 	r.route(ctx, d, p, cur)
 	if err := r.reportStatus(ctx, d, template, cur, next); err != nil {
