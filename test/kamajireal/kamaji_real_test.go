@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"sort"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/cozystack/computeplane/controllers"
@@ -443,6 +445,24 @@ func TestRealKamajiPlaneCrashesAndIsDeleted(t *testing.T) {
 	if routes := proxy.Routes(); len(routes) != 0 {
 		t.Errorf("routes left after the plane is gone: %v", routes)
 	}
+}
+
+// TestRealKamajiRefusesABusyWebhookPort: Kamaji v1.0.0 binds :9443 with no way to move it;
+// when something else holds the port, StartRealKamaji says so instead of starting a
+// Kamaji that would exit (or mistaking the other server for it).
+func TestRealKamajiRefusesABusyWebhookPort(t *testing.T) {
+	l, err := net.Listen("tcp", fmt.Sprintf(":%d", testenv.KamajiWebhookPort))
+	if err != nil {
+		t.Skipf("port %d is busy already: %v", testenv.KamajiWebhookPort, err)
+	}
+	defer l.Close()
+	// Nothing is started before the port is checked: no apiserver or binary is needed.
+	mgmt := &testenv.Cluster{Env: &envtest.Environment{BinaryAssetsDirectory: t.TempDir()}}
+	_, err = testenv.StartRealKamaji(context.Background(), mgmt, testenv.RealKamajiOptions{Binary: "/nonexistent/kamaji", Proxy: proxy})
+	if err == nil || !strings.Contains(err.Error(), "is in use") {
+		t.Fatalf("StartRealKamaji with port %d taken: %v, want an error saying it is in use", testenv.KamajiWebhookPort, err)
+	}
+	t.Log(err)
 }
 
 // servedSerial is the serial number of the certificate the plane serves at host,

@@ -134,7 +134,12 @@ func StartRealKamaji(ctx context.Context, mgmt *Cluster, o RealKamajiOptions) (_
 	k := &RealKamaji{Mgmt: mgmt, Dir: dir, Proxy: o.Proxy}
 	defer func() {
 		if err != nil {
+			// Logs, if any process ran, stay for the failure's reader.
+			k.KeepDir = k.etcd != nil
 			k.Stop()
+			if k.KeepDir {
+				err = fmt.Errorf("%w (logs kept in %s)", err, dir)
+			}
 		}
 	}()
 	timeout := o.LockTimeout
@@ -144,6 +149,13 @@ func StartRealKamaji(ctx context.Context, mgmt *Cluster, o RealKamajiOptions) (_
 	if k.lock, err = lockHost("computeplane-kamaji-webhook-9443", timeout); err != nil {
 		return nil, err
 	}
+	// Something that does not take the lock may hold the port: Kamaji would exit, and
+	// the wait below could mistake that other server for Kamaji.
+	l, err := net.Listen("tcp", fmt.Sprintf(":%d", KamajiWebhookPort))
+	if err != nil {
+		return nil, fmt.Errorf("port %d, which Kamaji's webhook server must bind, is in use: %w", KamajiWebhookPort, err)
+	}
+	_ = l.Close()
 	if k.Proxy == nil {
 		if k.Proxy, err = StartPlaneProxy(); err != nil {
 			return nil, err
