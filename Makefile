@@ -7,6 +7,8 @@ CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 TESTBIN = $(shell test/tools/build.sh)
 # The pinned Helm CLI (built once, like the above), for the chart.
 HELM = $(shell test/tools/helm.sh)
+# The real Kamaji manager (v1.0.0, built once, like the above; ~8 min cold).
+KAMAJI = $(shell test/tools/kamaji.sh)
 IMG ?= ghcr.io/cozystack/computeplane:dev
 GO_TEST_FLAGS ?=
 
@@ -35,7 +37,7 @@ build: ## Build the manager binary into bin/.
 
 .PHONY: test
 test: ## Run every test (unit and envtest on real apiservers) with -race.
-	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) go test -race -count=1 -timeout 20m $(GO_TEST_FLAGS) ./...
+	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) KAMAJI_BIN=$(KAMAJI) go test -race -count=1 -timeout 20m $(GO_TEST_FLAGS) ./...
 
 .PHONY: demo
 demo: ## Run the embedded default: a local management apiserver, the manager and a sample plane.
