@@ -12,7 +12,10 @@ import (
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,27 +69,43 @@ func (w *PlacementWebhook) mutate(ctx context.Context, req admission.Request) ad
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	if !isPlacement(obj) || nested(obj, "metadata", "deletionTimestamp") != nil {
+	if nested(obj, "metadata", "deletionTimestamp") != nil {
 		return admission.Allowed("")
 	}
-	plane, err := w.planeOf(ctx, req.Namespace)
-	if err != nil {
+	var plane *cpv1.ComputePlane
+	if !isPlacement(obj) {
+		var kind string
+		if plane, kind, err = w.applicationKind(ctx, req.Namespace, obj); err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		if kind == "" {
+			return admission.Allowed("") // not a placement release: never changed
+		}
+		labels := ensureMap(ensureMap(obj, "metadata"), "labels")
+		labels[cpv1.PlacementLabel] = cpv1.PlacementLabelValue
+	} else if plane, err = w.planeOf(ctx, req.Namespace); err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	if plane == nil {
-		return admission.Allowed("") // the validating half refuses it, saying why
-	}
-	routeRelease(obj, routeFor(plane))
-	md := ensureMap(obj, "metadata")
-	finalizers, _ := md["finalizers"].([]any)
-	if !containsAny(finalizers, cpv1.PlacementFinalizer) {
-		md["finalizers"] = append(finalizers, cpv1.PlacementFinalizer)
+	if plane != nil {
+		// Without a plane the validating half refuses it, saying why.
+		w.route(obj, plane)
 	}
 	routed, err := json.Marshal(obj)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	return admission.PatchResponseFromRaw(req.Object.Raw, routed)
+}
+
+// route fills in a placement release's routing into plane and adds the placement
+// finalizer.
+func (w *PlacementWebhook) route(obj map[string]any, plane *cpv1.ComputePlane) {
+	routeRelease(obj, routeFor(plane))
+	md := ensureMap(obj, "metadata")
+	finalizers, _ := md["finalizers"].([]any)
+	if !containsAny(finalizers, cpv1.PlacementFinalizer) {
+		md["finalizers"] = append(finalizers, cpv1.PlacementFinalizer)
+	}
 }
 
 func (w *PlacementWebhook) validate(ctx context.Context, req admission.Request) admission.Response {
@@ -107,6 +126,19 @@ func (w *PlacementWebhook) validate(ctx context.Context, req admission.Request) 
 		if old != nil && req.Kind.Kind == "HelmRelease" && isPlacement(old) {
 			return admission.Denied(fmt.Sprintf("the %s=%s label cannot be removed from a placement release (it would be applied elsewhere); delete the release instead",
 				cpv1.PlacementLabel, cpv1.PlacementLabelValue))
+		}
+		if req.Kind.Kind == "HelmRelease" && nested(obj, "metadata", "deletionTimestamp") == nil {
+			// The mutating half labels what a class's selector matches; one that arrives
+			// unlabelled all the same (that webhook bypassed) is refused, never applied to
+			// the management cluster.
+			_, kind, err := w.applicationKind(ctx, req.Namespace, obj)
+			if err != nil {
+				return admission.Errored(http.StatusInternalServerError, err)
+			}
+			if kind != "" {
+				return admission.Denied(fmt.Sprintf("HelmRelease %s/%s matches ComputePlaneClass %s's spec.placementReleases.selector, so it is a placement release, but it arrived without the %s label the operator's mutating webhook adds; is that webhook registered?",
+					req.Namespace, req.Name, kind, cpv1.PlacementLabel))
+			}
 		}
 		return w.validateReferences(ctx, req, obj)
 	}
@@ -254,6 +286,84 @@ func onlySuspendChanged(old, obj map[string]any) bool {
 // unsuspends reports whether an update resumes a suspended release.
 func unsuspends(old, obj map[string]any) bool {
 	return nested(old, "spec", "suspend") == true && nested(obj, "spec", "suspend") != true
+}
+
+// applicationKind says which class's placementReleases.selector makes an unlabelled
+// release a placement release ("" for none), and the namespace's plane when it looked it
+// up. The classes come from the manager's cache, so a release no selector matches (every
+// release where no class has one) costs no read. A match counts when the namespace's
+// plane is of that class, or, with no plane, when the class allows the namespace (the
+// release is then refused rather than applied to the management cluster).
+func (w *PlacementWebhook) applicationKind(ctx context.Context, namespace string, obj map[string]any) (*cpv1.ComputePlane, string, error) {
+	reader := w.Cache
+	if reader == nil {
+		reader = w.Reader
+	}
+	var classes cpv1.ComputePlaneClassList
+	if err := reader.List(ctx, &classes); err != nil {
+		return nil, "", fmt.Errorf("listing the ComputePlaneClasses: %w", err)
+	}
+	matching := matchingClasses(classes.Items, stringLabels(obj))
+	if len(matching) == 0 {
+		return nil, "", nil
+	}
+	plane, err := w.planeOf(ctx, namespace)
+	if err != nil {
+		return nil, "", err
+	}
+	if plane != nil {
+		for _, c := range matching {
+			if c.Name == plane.Spec.ClassName {
+				return plane, c.Name, nil
+			}
+		}
+		return plane, "", nil
+	}
+	ns := &corev1.Namespace{}
+	if err := w.Reader.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		return nil, "", fmt.Errorf("reading namespace %q: %w", namespace, err)
+	}
+	for _, c := range matching {
+		if namespaceAllowed(c.Spec.AllowedNamespaces, ns.Labels) {
+			return nil, c.Name, nil
+		}
+	}
+	return nil, "", nil
+}
+
+// matchingClasses are the classes whose placementReleases.selector matches a release's
+// labels, by name. Pure.
+func matchingClasses(classes []cpv1.ComputePlaneClass, releaseLabels map[string]string) []cpv1.ComputePlaneClass {
+	var out []cpv1.ComputePlaneClass
+	for _, c := range classes {
+		sel := c.Spec.PlacementReleases.Selector
+		if sel == nil {
+			continue
+		}
+		s, err := metav1.LabelSelectorAsSelector(sel)
+		if err != nil || s.Empty() {
+			// An empty selector would make every release of the namespace a placement
+			// release: the schema refuses it; a malformed one matches nothing.
+			continue
+		}
+		if s.Matches(labels.Set(releaseLabels)) {
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b cpv1.ComputePlaneClass) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// stringLabels are an object's labels as strings.
+func stringLabels(obj map[string]any) map[string]string {
+	in, _ := nested(obj, "metadata", "labels").(map[string]any)
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		if s, ok := v.(string); ok {
+			out[k] = s
+		}
+	}
+	return out
 }
 
 // planeOf returns the ComputePlane of a namespace (the oldest live one; a plane being

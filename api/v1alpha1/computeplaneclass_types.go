@@ -162,6 +162,19 @@ type PlacementReleasePolicy struct {
 	// +kubebuilder:default="30m"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="uninstallTimeout must be between 10s and 24h"
 	UninstallTimeout *metav1.Duration `json:"uninstallTimeout,omitempty"`
+
+	// Selector declares placement on the application kind rather than in each release:
+	// a HelmRelease it matches (by the release's own labels, e.g. the platform's
+	// application-kind label) in the namespace of a plane of this class is a placement
+	// release, as if it carried computeplane.cozystack.io/placement: ComputePlane;
+	// admission adds that label and routes it into the plane, so no chart needs to know.
+	// A matching release in a namespace this class allows that has no plane is refused,
+	// as a labelled one is: it is never applied to the management cluster instead.
+	// Judged when a release is created or changed: one stored before the selector was set
+	// is routed at its next change (until then it is what it was).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="an empty selector would make every HelmRelease of a plane's namespace a placement release; select the application kinds to route"
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 }
 
 // ControlPlaneProfile is the Kamaji control plane of each plane.

@@ -23,9 +23,12 @@ import (
 // admission in the path, over 1,000 sequential creates per kind of release (the
 // management apiserver, the webhooks served by the running manager over loopback TLS):
 // a placement release (mutated, then judged with a read of the namespace's planes and
-// of their class), an unlabelled release in a plane's namespace naming nothing (judged
-// without a read), one naming a Secret shaped like an applier kubeconfig (one list of
-// the namespace's planes), and an unlabelled release in a namespace without a plane.
+// of their class), an unlabelled release in a plane's namespace naming nothing (matched
+// against the classes' placement selectors from the cache and judged without a read),
+// one naming a Secret shaped like an applier kubeconfig (one GET of the plane it names),
+// an unlabelled release in a namespace without a plane, and a release of an application
+// kind the class places by its selector (labelled and routed, then judged as a placement
+// release).
 // Prints p50 and p99 of the client-side create latency.
 func BenchmarkReleaseAdmission(b *testing.B) {
 	const n = 1000
@@ -56,6 +59,14 @@ func BenchmarkReleaseAdmission(b *testing.B) {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			b.Fatal(err)
 		}
+	}
+	// The class places one application kind by its label: every unlabelled release is
+	// matched against it (from the manager's cache) on its way in.
+	patch := client.MergeFrom(class.DeepCopy())
+	class.Spec.PlacementReleases.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"apps.example.com/kind": "notebook"}}
+	class.Spec.PlacementReleases.MaxReleases = 5000 // the two placement cases create 2,000
+	if err := c.Patch(ctx, class, patch); err != nil {
+		b.Fatal(err)
 	}
 	plane := &cpv1.ComputePlane{ObjectMeta: metav1.ObjectMeta{Namespace: withPlane, Name: "plane"}, Spec: cpv1.ComputePlaneSpec{ClassName: class.Name}}
 	if err := c.Create(ctx, plane); err != nil {
@@ -88,6 +99,11 @@ func BenchmarkReleaseAdmission(b *testing.B) {
 		// Last: the placement controller then works through every placement release
 		// created, which would load the cases after it.
 		{"placement release", func(name string) client.Object { return release(withPlane, "p-"+name, true, "") }},
+		{"application kind placed by the class", func(name string) client.Object {
+			hr := release(withPlane, "k-"+name, false, "")
+			hr.Labels = map[string]string{"apps.example.com/kind": "notebook"}
+			return hr
+		}},
 	}
 	b.ResetTimer()
 	for round := range b.N {

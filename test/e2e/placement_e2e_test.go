@@ -112,8 +112,10 @@ func run(m *testing.M) int {
 			ChartRef: cpv1.AddonChartRef{Kind: "OCIRepository", Name: "cilium", Namespace: "cozy-system"}}},
 		PodSecurity: cpv1.PodSecurityProfile{ExemptNamespaces: []string{"kube-system"}},
 		NodeGroups:  cpv1.NodeGroupLimits{MaxGroups: 4, MaxReplicas: 5, InstanceTypes: []string{"u1.medium"}},
-		// The suite's charts, as a platform's public catalogue.
-		PlacementReleases: cpv1.PlacementReleasePolicy{SourceNamespaces: []string{chartsNamespace}},
+		// The suite's charts, as a platform's public catalogue; one application kind
+		// placed by the class rather than by a label on each release.
+		PlacementReleases: cpv1.PlacementReleasePolicy{SourceNamespaces: []string{chartsNamespace},
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{applicationKindLabel: "placed-app"}}},
 	}}
 	if err := k8s.Create(ctx, class); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -311,6 +313,34 @@ func TestHeldUntilReadyThenInstalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, settle, configMapIs(ctx, plane, "notebooks", "notebook", "nb"))
+}
+
+// applicationKindLabel is the label the suite's class places releases by.
+const applicationKindLabel = "apps.example.com/kind"
+
+// TestApplicationKindInstalledInThePlane: a release of an application kind the class
+// places (spec.placementReleases.selector), with no placement label of its own, is
+// installed by the real Flux into the plane, and nothing of it lands on the management
+// cluster.
+func TestApplicationKindInstalledInThePlane(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p := newPlane(t, ctx)
+	hr := release(p.Namespace, "kind", "app", "by-kind", func(hr *helmv2.HelmRelease) {
+		hr.Labels = map[string]string{applicationKindLabel: "placed-app"}
+	})
+	if err := k8s.Create(ctx, hr); err != nil {
+		t.Fatal(err)
+	}
+	if hr.Labels[cpv1.PlacementLabel] != cpv1.PlacementLabelValue {
+		t.Fatalf("stored without the placement label: %v", hr.Labels)
+	}
+	eventually(t, settle, planeReady(ctx, p))
+	eventually(t, settle, releaseReady(ctx, hr))
+	eventually(t, settle, configMapIs(ctx, planeClient(t, ctx, p), p.Namespace, "kind", "by-kind"))
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: "kind"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the chart's ConfigMap landed on the management cluster (err=%v)", err)
+	}
 }
 
 // TestDeployerCannotInstallClusterScoped: a chart that needs cluster-scoped rights fails
