@@ -161,7 +161,8 @@ func TestAttackDatastoreStoppedClosesTheGate(t *testing.T) {
 
 // TestAttackTenantStripsFinalizer: a tenant bound to the shipped tenant-edit role cannot
 // remove the operator's finalizer (the teardown would be skipped and the plane's VMs left
-// running with no owner); it can still delete its plane, and the operator tears it down.
+// running with no owner); the plane's owner can still delete it, and the operator tears
+// it down.
 func TestAttackTenantStripsFinalizer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -184,9 +185,11 @@ func TestAttackTenantStripsFinalizer(t *testing.T) {
 	got.Finalizers = []string{"example.com/other"}
 	denied(t, alice.Update(ctx, got), "finalizer is removed by the operator")
 
-	// Deleting is the tenant's right; the operator's teardown then runs to the end.
-	if err := alice.Delete(ctx, got); err != nil {
-		t.Fatalf("the tenant cannot delete its plane: %v", err)
+	// Deleting is the owner's right (the parent tenant's); the operator's teardown then
+	// runs to the end.
+	parent := ownerUser(t, ctx, p.Namespace, "parent")
+	if err := parent.Delete(ctx, got); err != nil {
+		t.Fatalf("the owner cannot delete the plane: %v", err)
 	}
 	eventually(t, settle, planeGone(ctx, key))
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: infraOf(p), Name: "plane"}, &clusterv1.Cluster{}); !apierrors.IsNotFound(err) {
@@ -218,8 +221,9 @@ func TestAttackTenantLeavesEveryShard(t *testing.T) {
 
 	other := newPlane(tenantNamespace(t, ctx), "plane", class.Name)
 	other.Labels = map[string]string{controllers.ShardKeyLabel: "nobody-runs-this"}
-	alicesOwn := tenantUser(t, ctx, other.Namespace, "alice")
-	denied(t, alicesOwn.Create(ctx, other), refusal)
+	// Nor may the plane's owner, who creates it: assigning shards is the platform's.
+	owner := ownerUser(t, ctx, other.Namespace, "alices-parent")
+	denied(t, owner.Create(ctx, other), refusal)
 
 	// Other labels stay the tenant's to set.
 	if err := alice.Get(ctx, key, got); err != nil {

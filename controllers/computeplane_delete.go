@@ -51,6 +51,7 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 		return ctrl.Result{}, nil
 	}
 	stages := []deletionStage{
+		{cpv1.ProtectedReason, r.protectedByReleases, abandonNothing("the protection of the placement releases still running (they are deleted now, and their uninstall abandoned if it cannot finish)")},
 		{cpv1.UninstallingPlacementReason, r.uninstallPlacement, r.abandonPlacement},
 		{cpv1.RemovingIdentitiesReason, r.removeIdentities, abandonNothing("the plane's deployers, applier and placement namespaces (the plane goes with its Cluster)")},
 		{cpv1.RemovingEgressReason, r.deleteEgressPolicies, nil},

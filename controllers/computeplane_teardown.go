@@ -23,6 +23,67 @@ import (
 	"github.com/cozystack/computeplane/remote"
 )
 
+// protectedByReleases holds a deleted plane whole while placement releases that no one
+// deleted still run in it, unless its owner asked for them to be uninstalled (the
+// uninstall-releases annotation): the capabilities design's deletion protection, for a
+// delete that got past admission (its webhook down, or a cluster admin). Nothing is
+// uninstalled meanwhile, and the applier credential is revoked: no hardening stage runs
+// during deletion, so nothing may keep applying into the plane. Once every release is
+// deleted (by its owner), the next stage uninstalls them with a credential it issues
+// over a verified plane. A tenant namespace being deleted protects nothing: its releases
+// go with it.
+func (r *ComputePlaneReconciler) protectedByReleases(ctx context.Context, s *scope) (stageWait, error) {
+	p := s.plane
+	if p.Annotations[cpv1.UninstallAnnotation] != "" {
+		return stageWait{done: true}, nil
+	}
+	releases, err := r.placementReleases(ctx, p.Namespace)
+	if err != nil {
+		return stageWait{}, err
+	}
+	running := runningReleases(releases)
+	if len(running) == 0 {
+		return stageWait{done: true}, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := r.Get(ctx, client.ObjectKey{Name: p.Namespace}, ns); client.IgnoreNotFound(err) != nil {
+		return stageWait{}, err
+	}
+	if !ns.DeletionTimestamp.IsZero() {
+		return stageWait{done: true}, nil
+	}
+	if err := r.revokeApplierCredential(ctx, s); err != nil {
+		return stageWait{}, err
+	}
+	return stageWait{message: fmt.Sprintf("%s; nothing is uninstalled and placement is closed until they are deleted, or until the plane's owner annotates %s=<why> to have them uninstalled with it",
+		protectedBy(running), cpv1.UninstallAnnotation)}, nil
+}
+
+// runningReleases are the names, sorted, of the releases not being deleted. Pure.
+func runningReleases(releases []helmv2.HelmRelease) []string {
+	var out []string
+	for i := range releases {
+		if releases[i].DeletionTimestamp.IsZero() {
+			out = append(out, releases[i].Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// protectedBy says which placement releases protect a plane, naming at most ten.
+func protectedBy(names []string) string {
+	shown := names
+	if len(shown) > 10 {
+		shown = shown[:10]
+	}
+	more := ""
+	if n := len(names) - len(shown); n > 0 {
+		more = fmt.Sprintf(" and %d more", n)
+	}
+	return fmt.Sprintf("%d placement release(s) still run in the plane (%s%s)", len(names), strings.Join(shown, ", "), more)
+}
+
 // DefaultUninstallTimeout is a class's placementReleases.uninstallTimeout when it has
 // none stored.
 const DefaultUninstallTimeout = 30 * time.Minute

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -19,7 +20,7 @@ import (
 
 // +kubebuilder:rbac:groups=kustomize.toolkit.fluxcd.io,resources=kustomizations,verbs=list
 
-// +kubebuilder:webhook:path=/validate-computeplane-cozystack-io-v1alpha1-computeplane,mutating=false,failurePolicy=fail,sideEffects=None,groups=computeplane.cozystack.io,resources=computeplanes,verbs=create,versions=v1alpha1,name=vcomputeplane.computeplane.cozystack.io,admissionReviewVersions=v1,timeoutSeconds=5
+// +kubebuilder:webhook:path=/validate-computeplane-cozystack-io-v1alpha1-computeplane,mutating=false,failurePolicy=fail,sideEffects=None,groups=computeplane.cozystack.io,resources=computeplanes,verbs=create;delete,versions=v1alpha1,name=vcomputeplane.computeplane.cozystack.io,admissionReviewVersions=v1,timeoutSeconds=5
 
 // ComputePlaneValidator refuses what the CRD schema cannot see: a second ComputePlane in
 // a namespace, a class that does not allow the namespace, and a Flux object already
@@ -75,9 +76,34 @@ func (v *ComputePlaneValidator) ValidateUpdate(context.Context, *cpv1.ComputePla
 	return nil, nil
 }
 
-// ValidateDelete allows every delete: teardown is the finalizer's job.
-func (v *ComputePlaneValidator) ValidateDelete(context.Context, *cpv1.ComputePlane) (admission.Warnings, error) {
-	return nil, nil
+// ValidateDelete refuses to delete a plane that placement releases still run in, naming
+// them, unless its owner asked for them to be uninstalled with it (the
+// uninstall-releases annotation) or a platform operator abandoned it; the teardown holds
+// a plane whose delete got past this (Reconciling=Protected). A namespace being deleted
+// takes its plane with it: that is never refused (it would keep the namespace forever).
+func (v *ComputePlaneValidator) ValidateDelete(ctx context.Context, p *cpv1.ComputePlane) (admission.Warnings, error) {
+	if p.Annotations[cpv1.UninstallAnnotation] != "" || p.Annotations[cpv1.AbandonAnnotation] != "" || !p.DeletionTimestamp.IsZero() {
+		return nil, nil
+	}
+	var releases helmv2.HelmReleaseList
+	if err := v.Reader.List(ctx, &releases, client.InNamespace(p.Namespace),
+		client.MatchingLabels{cpv1.PlacementLabel: cpv1.PlacementLabelValue}); err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("listing the placement releases of %q: %w", p.Namespace, err))
+	}
+	running := runningReleases(releases.Items)
+	if len(running) == 0 {
+		return nil, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := v.Reader.Get(ctx, client.ObjectKey{Name: p.Namespace}, ns); client.IgnoreNotFound(err) != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("reading namespace %q: %w", p.Namespace, err))
+	}
+	if !ns.DeletionTimestamp.IsZero() {
+		return nil, nil
+	}
+	return nil, apierrors.NewForbidden(cpv1.GroupVersion.WithResource("computeplanes").GroupResource(), p.Name,
+		fmt.Errorf("%s: delete them first, or have the plane's owner annotate it %s=<why> to uninstall them with the plane",
+			protectedBy(running), cpv1.UninstallAnnotation))
 }
 
 // fluxLists are the Flux kinds whose objects can name a Secret of their namespace as a

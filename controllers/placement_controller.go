@@ -154,7 +154,11 @@ func gateOf(p *cpv1.ComputePlane) gate {
 	case p == nil:
 		return gate{why: "the namespace has no ComputePlane", noPlane: true}
 	case !p.DeletionTimestamp.IsZero():
-		return gate{why: fmt.Sprintf("ComputePlane %s is being deleted (its teardown has Flux uninstall every placement release first)", p.Name), teardown: true}
+		why := fmt.Sprintf("ComputePlane %s is being deleted (its teardown has Flux uninstall every placement release first)", p.Name)
+		if p.Annotations[cpv1.UninstallAnnotation] == "" {
+			why = fmt.Sprintf("ComputePlane %s is being deleted and is protected by the placement releases running in it: nothing is uninstalled until they are deleted, or until its owner sets %s", p.Name, cpv1.UninstallAnnotation)
+		}
+		return gate{why: why, teardown: true}
 	}
 	ready := apimeta.FindStatusCondition(p.Status.Conditions, cpv1.ReadyCondition)
 	if ready == nil {

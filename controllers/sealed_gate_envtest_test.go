@@ -143,12 +143,14 @@ func TestAttackCredentialNamedBeforeThePlane(t *testing.T) {
 	if err := tenant.Create(ctx, early); err != nil {
 		t.Fatal(err)
 	}
-	denied(t, tenant.Create(ctx, newPlane(ns, "plane", class.Name)),
+	// The plane's owner (the parent tenant) then turns the plane on.
+	parent := ownerUser(t, ctx, ns, "parent")
+	denied(t, parent.Create(ctx, newPlane(ns, "plane", class.Name)),
 		"HelmRelease "+ns+"/early already names plane-applier-kubeconfig, the applier kubeconfig this ComputePlane would get (spec.kubeConfig.secretRef.name)")
 	if err := tenant.Delete(ctx, early); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, settle, func() error { return tenant.Create(ctx, newPlane(ns, "plane", class.Name)) })
+	eventually(t, settle, func() error { return parent.Create(ctx, newPlane(ns, "plane", class.Name)) })
 }
 
 // TestAttackChartSourcesOfOtherTenants: Flux fetches a chart with its source's namespace's

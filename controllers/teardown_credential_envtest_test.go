@@ -96,9 +96,7 @@ func TestAttackForeignFinalizerKeepsTheCredential(t *testing.T) {
 	hr := installedRelease(t, ctx, p, "app", func(hr *helmv2.HelmRelease) { hr.Finalizers = []string{hold} })
 	defer removeFinalizer(t, ctx, hr, hold)
 
-	if err := k8s.Delete(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	deleteWithReleases(t, ctx, p)
 	eventually(t, settle, deletionStage(ctx, key, cpv1.UninstallingPlacementReason))
 	uninstalled(t, ctx, hr)
 	eventually(t, settle, planeGone(ctx, key))
@@ -129,9 +127,7 @@ func TestAttackUnservedShardKeepsTheCredential(t *testing.T) {
 	})
 	defer removeFinalizer(t, ctx, hr, helmv2.HelmReleaseFinalizer)
 
-	if err := k8s.Delete(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	deleteWithReleases(t, ctx, p)
 	eventually(t, settle, func() error { return k8s.Get(ctx, applierSecretKey(p), &corev1.Secret{}) })
 	eventually(t, time.Minute, func() error {
 		got := &cpv1.ComputePlane{}
@@ -173,9 +169,7 @@ func TestAttackDriftDuringTeardownGetsNoCredential(t *testing.T) {
 	p, tenant := readyPlane(t, ctx, newClass("teardown-drift-"+rand.String(6)))
 	key := client.ObjectKeyFromObject(p)
 	hr := installedRelease(t, ctx, p, "app")
-	if err := k8s.Delete(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	deleteWithReleases(t, ctx, p)
 	eventually(t, settle, deletionStage(ctx, key, cpv1.UninstallingPlacementReason))
 	before := &corev1.Secret{}
 	eventually(t, settle, func() error { return k8s.Get(ctx, applierSecretKey(p), before) })

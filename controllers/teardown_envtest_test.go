@@ -143,9 +143,7 @@ func TestTeardownUninstallsFirstAndKeepsTheCredential(t *testing.T) {
 		return nil
 	})
 
-	if err := k8s.Delete(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	deleteWithReleases(t, ctx, p)
 	eventually(t, settle, func() error {
 		got := &cpv1.ComputePlane{}
 		if err := k8s.Get(ctx, key, got); err != nil {

@@ -17,6 +17,15 @@ const ComputePlaneFinalizer = "computeplane.cozystack.io/finalizer"
 // config/policies enforces that at admission.
 const AbandonAnnotation = "computeplane.cozystack.io/abandon"
 
+// UninstallAnnotation, set on a ComputePlane (its value says why), lets it be deleted
+// while placement releases still run in it: its teardown then deletes them and has Flux
+// uninstall each from the plane. Without it a delete is refused at admission, naming the
+// releases, and a delete that gets past admission holds the plane (Reconciling=Protected)
+// without uninstalling anything until the releases are gone. Only someone allowed to
+// update the pseudo-subresource computeplanes/uninstall may set or change it (the plane's
+// owner, computeplane-owner; never the tenant-edit role): config/policies enforces it.
+const UninstallAnnotation = "computeplane.cozystack.io/uninstall-releases"
+
 // Placement releases: Flux HelmReleases in a tenant namespace, applied into that
 // namespace's ComputePlane and nowhere else.
 const (

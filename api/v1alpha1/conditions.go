@@ -60,6 +60,10 @@ const (
 // Reasons of the Reconciling condition while a plane is deleted, one per teardown stage,
 // in the order they run (disable, then deprovision).
 const (
+	// ProtectedReason: placement releases still run in the plane and no one asked for
+	// them to be uninstalled (the uninstall-releases annotation): nothing is removed, the
+	// applier credential is revoked, and the teardown waits until they are deleted.
+	ProtectedReason = "Protected"
 	// UninstallingPlacementReason: the placement releases are deleted and Flux
 	// uninstalls each from the plane, with the credential still working.
 	UninstallingPlacementReason = "UninstallingPlacementReleases"

@@ -254,6 +254,17 @@ func run(ctx context.Context, stay, verbose bool) error {
 		return nil
 	}
 
+	step("Deletion protection: a plane a placement release still runs in cannot be deleted; its owner asks for the release to be uninstalled with it")
+	if err := kubectl("create", "-f", release); err != nil {
+		return err
+	}
+	if err := refused(kubectl("delete", "--dry-run=server", "-n", "tenant-demo", "computeplane/demo")); err != nil {
+		return fmt.Errorf("deleting a plane a release runs in: %w", err)
+	}
+	if err := kubectl("annotate", "-n", "tenant-demo", "computeplane/demo", cpv1.UninstallAnnotation+"=the demo is over"); err != nil {
+		return err
+	}
+
 	step("Deleting the plane: the teardown runs its stages in order (each a Reconciling reason)")
 	if err := kubectl("delete", "-n", "tenant-demo", "computeplane/demo", "--wait=false"); err != nil {
 		return err

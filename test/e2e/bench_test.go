@@ -169,9 +169,7 @@ func benchmarkTeardown(b *testing.B, m *testenv.Means, n int) {
 		return ready == n
 	})
 	start := time.Now()
-	if err := k8s.Delete(ctx, p); err != nil {
-		b.Fatal(err)
-	}
+	deleteWithReleases(b, ctx, p)
 	waitFor(b, ctx, func() bool {
 		var hrs helmv2.HelmReleaseList
 		return k8s.List(ctx, &hrs, client.InNamespace(p.Namespace)) == nil && len(hrs.Items) == 0

@@ -73,9 +73,7 @@ func TestTeardownInOrder(t *testing.T) {
 	}
 	infra := p.Status.InfrastructureNamespace
 
-	if err := k8s.Delete(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	deleteWithReleases(t, ctx, p)
 	var order []string
 	eventually(t, 3*time.Minute, stages(ctx, key, func(stage string) {
 		order = append(order, stage)
@@ -178,9 +176,7 @@ func TestTeardownWithADeadPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := k8s.Delete(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	deleteWithReleases(t, ctx, p)
 	eventually(t, settle, func() error {
 		got := &cpv1.ComputePlane{}
 		if err := k8s.Get(ctx, key, got); err != nil {
@@ -245,4 +241,22 @@ func indexOf(list []string, s string) int {
 		}
 	}
 	return -1
+}
+
+// deleteWithReleases deletes a plane placement releases run in as its owner does:
+// asking for them to be uninstalled with it (without, the delete is refused).
+func deleteWithReleases(t testing.TB, ctx context.Context, p *cpv1.ComputePlane) {
+	t.Helper()
+	eventually(t, settle, func() error {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		patch := client.MergeFrom(got.DeepCopy())
+		metav1.SetMetaDataAnnotation(&got.ObjectMeta, cpv1.UninstallAnnotation, "the test is done with it")
+		return k8s.Patch(ctx, got, patch)
+	})
+	if err := k8s.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
 }
