@@ -161,6 +161,7 @@ func TestPlacementRefusals(t *testing.T) {
 	}
 	hold := client.MergeFrom(p.DeepCopy())
 	controllerutil.AddFinalizer(p, "example.com/hold")
+	metav1.SetMetaDataAnnotation(&p.ObjectMeta, cpv1.UninstallAnnotation, "releases run in it; the test is done with it")
 	if err := k8s.Patch(ctx, p, hold); err != nil {
 		t.Fatal(err)
 	}
@@ -388,6 +389,8 @@ func TestPlacementReleaseOutlivesItsPlane(t *testing.T) {
 	// test's (by the operator's identity: the finalizer guard lets no one else), and it
 	// is deleted at exactly that version (the operator, which puts its own back, makes
 	// the delete conflict and the step run again).
+	// Its owner lets it go with the release running (else the delete is refused).
+	eventually(t, settle, func() error { return uninstallWithPlane(ctx, k8s, p, "the test removes it by hand") })
 	const hold = "test.computeplane.cozystack.io/hold"
 	eventually(t, settle, func() error {
 		got := &cpv1.ComputePlane{}
