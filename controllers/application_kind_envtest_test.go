@@ -65,6 +65,16 @@ func TestPlacementByApplicationKind(t *testing.T) {
 		t.Errorf("a kind the plane's class does not place was labelled: %v", foreign.Labels)
 	}
 
+	// The operator's own releases (add-ons, marked with a plane's UID) are never placed.
+	addon := applicationRelease(p.Namespace, "addon", kind)
+	addon.Labels[cpv1.PlaneUIDLabel] = string(p.UID)
+	if err := k8s.Create(ctx, addon); err != nil {
+		t.Fatal(err)
+	}
+	if addon.Labels[cpv1.PlacementLabel] != "" {
+		t.Errorf("an operator-owned release was made a placement release: %v", addon.Labels)
+	}
+
 	planeless := tenantNamespace(t, ctx)
 	denied(t, k8s.Create(ctx, applicationRelease(planeless, "jupyter", kind)), "has no ComputePlane")
 }

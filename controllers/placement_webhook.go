@@ -299,11 +299,17 @@ func (w *PlacementWebhook) applicationKind(ctx context.Context, namespace string
 	if reader == nil {
 		reader = w.Reader
 	}
+	releaseLabels := stringLabels(obj)
+	if _, ours := releaseLabels[cpv1.PlaneUIDLabel]; ours {
+		// The operator's own add-on releases (in infrastructure namespaces) are never
+		// placement releases, whatever a selector matches.
+		return nil, "", nil
+	}
 	var classes cpv1.ComputePlaneClassList
 	if err := reader.List(ctx, &classes); err != nil {
 		return nil, "", fmt.Errorf("listing the ComputePlaneClasses: %w", err)
 	}
-	matching := matchingClasses(classes.Items, stringLabels(obj))
+	matching := matchingClasses(classes.Items, releaseLabels)
 	if len(matching) == 0 {
 		return nil, "", nil
 	}
