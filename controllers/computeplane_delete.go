@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,6 +28,10 @@ type deletionStage struct {
 	reason  string
 	run     func(ctx context.Context, s *scope) (stageWait, error)
 	abandon func(ctx context.Context, s *scope) (string, error)
+	// credential marks the stages during which an applier credential may exist (issued
+	// before the delete, or for Flux's uninstall): when one fails, the credential is
+	// revoked, as a failed phase closes the gate outside teardown.
+	credential bool
 }
 
 // stageWait is what a teardown stage found: done, or what it waits on (message).
@@ -51,14 +56,14 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 		return ctrl.Result{}, nil
 	}
 	stages := []deletionStage{
-		{cpv1.ProtectedReason, r.protectedByReleases, abandonNothing("the protection of the placement releases still running (they are deleted now, and their uninstall abandoned if it cannot finish)")},
-		{cpv1.UninstallingPlacementReason, r.uninstallPlacement, r.abandonPlacement},
-		{cpv1.RemovingIdentitiesReason, r.removeIdentities, abandonNothing("the plane's deployers, applier and placement namespaces (the plane goes with its Cluster)")},
-		{cpv1.RemovingEgressReason, r.deleteEgressPolicies, nil},
-		{cpv1.DeletingAddonsReason, r.deleteAddons, abandonNothing("the system add-on releases still being deleted")},
-		{cpv1.DeletingClusterReason, r.deleteCluster, abandonNothing("the Cluster, still being deleted by Cluster API, with whatever it has not removed")},
-		{cpv1.DeletingLeftoversReason, r.deleteLeftovers, abandonNothing("infrastructure objects still being deleted")},
-		{cpv1.DeletingNamespaceReason, r.deleteInfraNamespace, nil},
+		{cpv1.ProtectedReason, r.protectedByReleases, abandonNothing("the protection of the placement releases still running (they are deleted now, and their uninstall abandoned if it cannot finish)"), true},
+		{cpv1.UninstallingPlacementReason, r.uninstallPlacement, r.abandonPlacement, true},
+		{cpv1.RemovingIdentitiesReason, r.removeIdentities, abandonNothing("the plane's deployers, applier and placement namespaces (the plane goes with its Cluster)"), false},
+		{cpv1.RemovingEgressReason, r.deleteEgressPolicies, nil, false},
+		{cpv1.DeletingAddonsReason, r.deleteAddons, abandonNothing("the system add-on releases still being deleted"), false},
+		{cpv1.DeletingClusterReason, r.deleteCluster, abandonNothing("the Cluster, still being deleted by Cluster API, with whatever it has not removed"), false},
+		{cpv1.DeletingLeftoversReason, r.deleteLeftovers, abandonNothing("infrastructure objects still being deleted"), false},
+		{cpv1.DeletingNamespaceReason, r.deleteInfraNamespace, nil, false},
 	}
 	why := p.Annotations[cpv1.AbandonAnnotation]
 	// The teardown never goes back: a stage it has reached (recorded in the status, and
@@ -80,7 +85,13 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 		}
 		w, err := st.run(passCtx, s)
 		if err != nil {
-			return ctrl.Result{}, r.overran(passCtx, err)
+			err = r.overran(passCtx, err)
+			if st.credential {
+				if rerr := r.revokeApplierCredential(ctx, s); rerr != nil {
+					err = kerrors.NewAggregate([]error{err, rerr})
+				}
+			}
+			return ctrl.Result{}, err
 		}
 		if w.done {
 			continue
@@ -95,10 +106,7 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 				"Teardown went past %s (%s), as %s=%q says: abandoned %s", st.reason, msg, cpv1.AbandonAnnotation, why, what)
 			continue
 		}
-		since := metav1.Now()
-		if d := p.Status.Deletion; d != nil && d.Stage == st.reason {
-			since = d.Since
-		}
+		since := metav1.NewTime(stageSince(p, st.reason))
 		p.Status.Deletion = &cpv1.DeletionStatus{Stage: st.reason, Since: since}
 		r.recordTeardownProgress(key, i)
 		s.deleting = deletionView{reason: st.reason, message: fmt.Sprintf("%s (%s so far)", msg, waited(since.Time)), stalled: w.stalled}

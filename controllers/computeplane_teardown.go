@@ -151,9 +151,15 @@ func (r *ComputePlaneReconciler) uninstallPlacement(ctx context.Context, s *scop
 		return stageWait{message: msg, stalled: cpv1.UninstallTimedOutReason}, nil
 	}
 	msg := fmt.Sprintf("waiting for Flux to uninstall %d placement release(s) from the plane (%s)", len(held), strings.Join(held, "; "))
-	if why, err := r.keepUninstallCredential(ctx, s, class); err != nil {
-		return stageWait{}, err
-	} else if why != "" {
+	why, err := r.keepUninstallCredential(ctx, s, class)
+	if err != nil {
+		return stageWait{}, err // reconcileDelete revokes the credential
+	}
+	if why != "" {
+		// A plane the operator could not reach or verify this pass holds no credential.
+		if err := r.revokeApplierCredential(ctx, s); err != nil {
+			return stageWait{}, err
+		}
 		msg += "; " + why
 	}
 	return stageWait{message: msg}, nil
@@ -293,18 +299,15 @@ func (r *ComputePlaneReconciler) releasePlacementFinalizers(ctx context.Context,
 // keepUninstallCredential makes sure the applier credential and the identities behind
 // it work, so Flux can uninstall, but only while the plane's hardening is as the
 // operator applied it and in force: the teardown runs no hardening stage, so it looks
-// itself, and a plane found changed gets no credential (the one it had is revoked) until
-// the operator has restored it and read it back. It returns why it cannot ("" when it
-// can).
+// itself, and a plane found changed gets no credential until the operator has restored
+// it and read it back. It returns why it cannot ("" when it can); the caller then revokes
+// the credential.
 func (r *ComputePlaneReconciler) keepUninstallCredential(ctx context.Context, s *scope, class *cpv1.ComputePlaneClass) (string, error) {
 	p := s.plane
 	if p.Status.InfrastructureNamespace == "" {
 		return "the plane was never provisioned, so Flux has nothing to uninstall from", nil
 	}
 	if class.Name == "" {
-		if err := r.revokeApplierCredential(ctx, s); err != nil {
-			return "", err
-		}
 		return fmt.Sprintf("ComputePlaneClass %q is gone, so the plane's hardening cannot be verified and no uninstall credential is issued", p.Spec.ClassName), nil
 	}
 	obs, err := r.observeProviders(ctx, s, p.Status.InfrastructureNamespace, true)
@@ -325,9 +328,6 @@ func (r *ComputePlaneReconciler) keepUninstallCredential(ctx context.Context, s 
 	}
 	s.class = class
 	if why, err := r.hardeningHolds(ctx, s, plane); err != nil || why != "" {
-		if err == nil {
-			err = r.revokeApplierCredential(ctx, s)
-		}
 		return why, err
 	}
 	for _, o := range remote.Identities([]string{p.Namespace}, placementNamespaces(p), class.Spec.PlacementNamespaces.AllowPodExec, render.PlaneLabels(p)) {

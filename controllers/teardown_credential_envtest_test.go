@@ -211,3 +211,34 @@ func TestAttackDriftDuringTeardownGetsNoCredential(t *testing.T) {
 	uninstalled(t, ctx, hr)
 	eventually(t, settle, planeGone(ctx, key))
 }
+
+// TestAttackTeardownCredentialOverAnUnverifiedPlane: while the teardown waits for Flux,
+// the plane's datastore dies, so nothing of its hardening can be read back. The
+// credential the teardown issued must not outlive that: it is revoked while the plane
+// cannot be verified, and issued again once it can, so Flux finishes the uninstall.
+func TestAttackTeardownCredentialOverAnUnverifiedPlane(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p, tenant := readyPlane(t, ctx, newClass("teardown-unverified-"+rand.String(6)))
+	key := client.ObjectKeyFromObject(p)
+	hr := installedRelease(t, ctx, p, "app")
+	deleteWithReleases(t, ctx, p)
+	eventually(t, settle, deletionStage(ctx, key, cpv1.UninstallingPlacementReason))
+	eventually(t, settle, func() error { return k8s.Get(ctx, applierSecretKey(p), &corev1.Secret{}) })
+
+	if err := tenant.StopEtcd(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, applierSecretKey(p), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the uninstall credential outlived the plane's verification (err=%v)", err)
+		}
+		return nil
+	})
+	if err := tenant.StartEtcd(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, settle, func() error { return k8s.Get(ctx, applierSecretKey(p), &corev1.Secret{}) })
+	uninstalled(t, ctx, hr)
+	eventually(t, settle, planeGone(ctx, key))
+}
