@@ -390,7 +390,7 @@ func TestPlacementReleaseOutlivesItsPlane(t *testing.T) {
 	// is deleted at exactly that version (the operator, which puts its own back, makes
 	// the delete conflict and the step run again).
 	// Its owner lets it go with the release running (else the delete is refused).
-	eventually(t, settle, func() error { return uninstallWithPlane(ctx, k8s, p, "the test removes it by hand") })
+	eventually(t, settle, func() error { return annotate(ctx, k8s, p, cpv1.UninstallAnnotation, "the test removes it by hand") })
 	const hold = "test.computeplane.cozystack.io/hold"
 	eventually(t, settle, func() error {
 		got := &cpv1.ComputePlane{}

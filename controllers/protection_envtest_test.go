@@ -28,22 +28,11 @@ func ownerUser(t *testing.T, ctx context.Context, namespace, user string) client
 		})
 }
 
-// uninstallWithPlane sets the uninstall-releases annotation as c (the plane's owner).
-func uninstallWithPlane(ctx context.Context, c client.Client, p *cpv1.ComputePlane, why string) error {
-	got := &cpv1.ComputePlane{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
-		return err
-	}
-	patch := client.MergeFrom(got.DeepCopy())
-	metav1.SetMetaDataAnnotation(&got.ObjectMeta, cpv1.UninstallAnnotation, why)
-	return c.Patch(ctx, got, patch)
-}
-
 // deleteWithReleases is how a plane's owner deletes a plane placement releases still
 // run in: asking for them to be uninstalled with it.
 func deleteWithReleases(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) {
 	t.Helper()
-	eventually(t, settle, func() error { return uninstallWithPlane(ctx, k8s, p, "the test is done with it") })
+	eventually(t, settle, func() error { return annotate(ctx, k8s, p, cpv1.UninstallAnnotation, "the test is done with it") })
 	if err := k8s.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +74,7 @@ func TestTenantUsesOwnerTurnsOnAndOff(t *testing.T) {
 		got.Spec.PlacementNamespaces = []string{"notebooks"}
 		return alice.Patch(ctx, got, patch)
 	})
-	denied(t, uninstallWithPlane(ctx, alice, p, "mine"), "needs update on computeplanes/uninstall")
+	denied(t, annotate(ctx, alice, p, cpv1.UninstallAnnotation, "mine"), "needs update on computeplanes/uninstall")
 	if err := alice.Delete(ctx, p); !apierrors.IsForbidden(err) {
 		t.Fatalf("the tenant deleted the plane (err=%v)", err)
 	}
@@ -188,7 +177,7 @@ func TestOwnerUninstallsReleasesWithThePlane(t *testing.T) {
 	hr := installedRelease(t, ctx, p, "jupyter")
 	parent := ownerUser(t, ctx, p.Namespace, "parent")
 	denied(t, parent.Delete(ctx, p), "still run in the plane")
-	if err := uninstallWithPlane(ctx, parent, p, "tenant offboarded, ticket 9"); err != nil {
+	if err := annotate(ctx, parent, p, cpv1.UninstallAnnotation, "tenant offboarded, ticket 9"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, settle, func() error { return parent.Delete(ctx, p) })

@@ -153,7 +153,7 @@ func TestAttackUnservedShardKeepsTheCredential(t *testing.T) {
 	}
 
 	bob := platformOperator(t, ctx, "bob-"+rand.String(4))
-	eventually(t, settle, func() error { return annotate(ctx, bob, p, "shard nobody is gone, ticket 7") })
+	eventually(t, settle, func() error { return annotate(ctx, bob, p, cpv1.AbandonAnnotation, "shard nobody is gone, ticket 7") })
 	eventually(t, settle, planeGone(ctx, key))
 }
 

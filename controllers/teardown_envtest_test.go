@@ -49,13 +49,14 @@ func platformOperator(t *testing.T, ctx context.Context, user string) client.Cli
 	return c
 }
 
-func annotate(ctx context.Context, c client.Client, p *cpv1.ComputePlane, value string) error {
+// annotate sets an annotation on the plane as c.
+func annotate(ctx context.Context, c client.Client, p *cpv1.ComputePlane, key, value string) error {
 	got := &cpv1.ComputePlane{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
 		return err
 	}
 	patch := client.MergeFrom(got.DeepCopy())
-	metav1.SetMetaDataAnnotation(&got.ObjectMeta, cpv1.AbandonAnnotation, value)
+	metav1.SetMetaDataAnnotation(&got.ObjectMeta, key, value)
 	return c.Patch(ctx, got, patch)
 }
 
@@ -78,7 +79,7 @@ func TestTeardownAbandonOnlyByPlatformOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	alice := tenantUser(t, ctx, p.Namespace, "alice")
-	denied(t, annotate(ctx, alice, p, "mine"), "setting computeplane.cozystack.io/abandon needs update on computeplanes/abandon")
+	denied(t, annotate(ctx, alice, p, cpv1.AbandonAnnotation, "mine"), "setting computeplane.cozystack.io/abandon needs update on computeplanes/abandon")
 
 	if err := k8s.Delete(ctx, p); err != nil {
 		t.Fatal(err)
@@ -98,10 +99,10 @@ func TestTeardownAbandonOnlyByPlatformOperator(t *testing.T) {
 		}
 		return nil
 	})
-	denied(t, annotate(ctx, alice, p, "mine"), "a platform operator's decision, not a tenant's")
+	denied(t, annotate(ctx, alice, p, cpv1.AbandonAnnotation, "mine"), "a platform operator's decision, not a tenant's")
 
 	bob := platformOperator(t, ctx, "bob")
-	eventually(t, settle, func() error { return annotate(ctx, bob, p, "CAPI is broken on this cluster, ticket 42") })
+	eventually(t, settle, func() error { return annotate(ctx, bob, p, cpv1.AbandonAnnotation, "CAPI is broken on this cluster, ticket 42") })
 	eventually(t, settle, planeGone(ctx, key))
 	var evs corev1.EventList
 	if err := k8s.List(ctx, &evs, client.InNamespace(p.Namespace)); err != nil {
@@ -222,24 +223,11 @@ func TestTeardownReleasesAFinalizerAddedAfterTheList(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p := planeWithClass(t, ctx, newClass("late-"+rand.String(6)))
-	hr := placementRelease(p.Namespace, "late")
-	if err := k8s.Create(ctx, hr); err != nil {
-		t.Fatal(err)
-	}
+	// Flux installed it, so the placement controller keeps its finalizer until Flux
+	// has uninstalled it; the teardown's list caught it before that finalizer.
+	hr := installedRelease(t, ctx, p, "late")
 	listed := *hr.DeepCopy()
 	listed.Finalizers = nil
-	// Flux installed it, so the placement controller keeps its finalizer until Flux
-	// has uninstalled it.
-	eventually(t, settle, func() error {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(hr), hr); err != nil {
-			return err
-		}
-		if !controllerutil.ContainsFinalizer(hr, cpv1.PlacementFinalizer) {
-			return errors.New("no placement finalizer yet")
-		}
-		hr.Status.StorageNamespace = p.Namespace
-		return k8s.Status().Update(ctx, hr)
-	})
 	r := &controllers.ComputePlaneReconciler{Client: reconciler.Client, APIReader: reconciler.APIReader}
 	if _, err := controllers.ReleasePlacementFinalizersForTest(ctx, r, []helmv2.HelmRelease{listed}); err != nil {
 		t.Fatal(err)
