@@ -102,7 +102,9 @@ func TestTeardownAbandonOnlyByPlatformOperator(t *testing.T) {
 	denied(t, annotate(ctx, alice, p, cpv1.AbandonAnnotation, "mine"), "a platform operator's decision, not a tenant's")
 
 	bob := platformOperator(t, ctx, "bob")
-	eventually(t, settle, func() error { return annotate(ctx, bob, p, cpv1.AbandonAnnotation, "CAPI is broken on this cluster, ticket 42") })
+	eventually(t, settle, func() error {
+		return annotate(ctx, bob, p, cpv1.AbandonAnnotation, "CAPI is broken on this cluster, ticket 42")
+	})
 	eventually(t, settle, planeGone(ctx, key))
 	var evs corev1.EventList
 	if err := k8s.List(ctx, &evs, client.InNamespace(p.Namespace)); err != nil {
