@@ -183,7 +183,7 @@ func TestTeardownWithADeadPlane(t *testing.T) {
 			return err
 		}
 		rec := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReconcilingCondition)
-		if rec == nil || rec.Reason != cpv1.UninstallingPlacementReason || !strings.Contains(rec.Message, "(stuck)") ||
+		if rec == nil || rec.Reason != cpv1.UninstallingPlacementReason || !strings.Contains(rec.Message, "(stuck") ||
 			!strings.Contains(rec.Message, "waiting for") || !strings.Contains(rec.Message, cpv1.AbandonAnnotation) {
 			return fmt.Errorf("Reconciling = %+v", rec)
 		}
