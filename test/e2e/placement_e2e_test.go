@@ -46,7 +46,7 @@ var (
 	mgmt     *testenv.Cluster
 	k8s      client.Client
 	provider *devprovider.Provider
-	flux     *helmController
+	flux     *testenv.HelmController
 	class    *cpv1.ComputePlaneClass
 )
 
@@ -93,18 +93,18 @@ func run(m *testing.M) int {
 	}
 	defer func() { stopOperator() }() // the operator running at the end, after restarts
 
-	stopCharts, err := serveCharts(ctx, k8s)
+	stopCharts, err := testenv.ServeCharts(ctx, k8s, chartsNamespace, charts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer stopCharts()
-	flux, err = startHelmController(mgmt, binary)
+	flux, err = testenv.StartHelmController(mgmt, binary)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer flux.stop()
+	defer flux.Stop()
 	class = &cpv1.ComputePlaneClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e"}, Spec: cpv1.ComputePlaneClassSpec{
 		AllowedNamespaces: &metav1.LabelSelector{},
 		KubernetesVersion: "v1.33.4",
@@ -131,7 +131,7 @@ func run(m *testing.M) int {
 	}
 	if code != 0 {
 		fmt.Fprintln(os.Stderr, "--- helm-controller log (last 20000 bytes) ---")
-		log := flux.log.String()
+		log := flux.Log()
 		fmt.Fprintln(os.Stderr, log[max(0, len(log)-20000):])
 	}
 	return code

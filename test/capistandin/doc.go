@@ -1,0 +1,22 @@
+// Package capistandin stands in for the Cluster API components that cannot run on these
+// machines, reduced to what a ComputePlane uses and written from their source, each
+// function naming the upstream file it follows:
+//
+//   - Kamaji's Cluster API control-plane provider,
+//     github.com/clastix/cluster-api-control-plane-provider-kamaji v0.20.0 (controllers/):
+//     KamajiControlPlane → TenantControlPlane, the endpoint handed to the Cluster and the
+//     KubevirtCluster, the kubeconfig and CA Secrets of Cluster API's contract, the
+//     KamajiControlPlane's status. It cannot be built here: v0.20.0 requires a Kamaji
+//     pseudo-version the module proxy refuses, and Kamaji v1.0.0 does not compile with it.
+//   - Cluster API core's Cluster controller, sigs.k8s.io/cluster-api v1.14.2
+//     (core/reconcilers/cluster): owner references on the referenced objects, the
+//     infrastructure's and control plane's readiness and endpoint mirrored onto the Cluster,
+//     and deletion of what the Cluster owns before its finalizer comes off.
+//   - The garbage collector, for the objects those two make with owner references
+//     (envtest runs no kube-controller-manager).
+//
+// Real Kamaji (test/testenv.RealKamaji) does the rest: the TenantControlPlane's status, its
+// certificates and kubeconfigs, and its control plane (run by the pod runner). Nothing here
+// writes a TenantControlPlane's status or a Kamaji Secret. KubeVirt and CAPK's machines
+// are not stood in for: node groups' MachineDeployments are left as applied.
+package capistandin

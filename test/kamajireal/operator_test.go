@@ -1,0 +1,299 @@
+package kamajireal_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	"github.com/fluxcd/pkg/apis/meta"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/remote"
+	"github.com/cozystack/computeplane/test/capistandin"
+	"github.com/cozystack/computeplane/test/operatortest"
+	"github.com/cozystack/computeplane/test/testenv"
+)
+
+// bed is the operator on real Kamaji: the management apiserver with the operator's
+// webhooks, Kamaji with its DataStore and pod runner, the stand-ins for Kamaji's CAPI
+// provider and Cluster API core, the operator as its ServiceAccount, and the real Flux
+// helm-controller with the suite's charts.
+type bed struct {
+	mgmt   *testenv.Cluster
+	kamaji *testenv.RealKamaji
+	flux   *testenv.HelmController
+	class  *cpv1.ComputePlaneClass
+}
+
+const chartsNamespace = "flux-charts"
+
+// startBed starts everything; it skips when the Kamaji or helm-controller binary is not
+// built (make test builds both).
+func startBed(t *testing.T, ctx context.Context) *bed {
+	t.Helper()
+	bin, err := testenv.KamajiBinary()
+	if errors.Is(err, testenv.ErrNoKamaji) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	fluxBin := testenv.FluxHelmControllerBinary()
+	if fluxBin == "" {
+		t.Skip("FLUX_HELM_CONTROLLER is not set: `make test` builds the Flux helm-controller (test/tools/flux.sh) and sets it")
+	}
+	scheme := controllers.NewScheme()
+	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Webhooks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mgmt.Stop() })
+	b := &bed{mgmt: mgmt}
+	if b.kamaji, err = testenv.StartRealKamaji(ctx, mgmt, testenv.RealKamajiOptions{Binary: bin, Proxy: proxy}); err != nil {
+		t.Fatal(err)
+	}
+	b.kamaji.KeepDir = t.Failed()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("Kamaji's last log lines:\n%s", b.kamaji.LogTail(40))
+		}
+		b.kamaji.Stop()
+	})
+	stopStandins, err := capistandin.Start(ctx, mgmt.Config, scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopStandins)
+	op, err := operatortest.Start(ctx, mgmt, operatortest.Options{Options: controllers.Options{
+		Setup:           controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 4}, ReconcileRequests: true},
+		RequeueInterval: 2 * time.Second, PlaneTimeout: 2 * time.Second, PlaneUnreachableGrace: 2 * time.Second, Webhooks: true,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = op.Stop() })
+	stopCharts, err := testenv.ServeCharts(ctx, mgmt.Client, chartsNamespace, map[string]testenv.Chart{
+		"app": {"templates/configmap.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  value: {{ .Values.value | default \"v1\" | quote }}\n"},
+		// The class's CNI add-on: one ConfigMap (nothing runs pods here).
+		"cni": {"templates/configmap.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cni\ndata:\n  installed: \"true\"\n"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopCharts)
+	// Flux inherits this process's HTTPS_PROXY (TestMain): it reaches the plane at the
+	// address the applier kubeconfig names, Kamaji's .svc name.
+	if b.flux, err = testenv.StartHelmController(mgmt, fluxBin); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			log := b.flux.Log()
+			t.Logf("helm-controller's log (last 6000 bytes):\n%s", log[max(0, len(log)-6000):])
+		}
+		b.flux.Stop()
+	})
+	// The version Kamaji v1.0.0 supports; the CNI add-on is the suite's chart, which Flux
+	// installs into the plane with Kamaji's admin kubeconfig.
+	b.class = &cpv1.ComputePlaneClass{ObjectMeta: metav1.ObjectMeta{Name: "kamaji"}, Spec: cpv1.ComputePlaneClassSpec{
+		AllowedNamespaces: &metav1.LabelSelector{},
+		KubernetesVersion: "v1.30.2",
+		Addons: []cpv1.SystemAddon{{Name: "cni", Role: cpv1.AddonRoleCNI, TargetNamespace: "kube-system",
+			ChartRef: cpv1.AddonChartRef{Kind: "ExternalArtifact", Name: "cni", Namespace: chartsNamespace}}},
+		PodSecurity: cpv1.PodSecurityProfile{ExemptNamespaces: []string{"kube-system"}},
+		NodeGroups:        cpv1.NodeGroupLimits{MaxGroups: 2, MaxReplicas: 3, InstanceTypes: []string{"u1.medium"}},
+		PlacementReleases: cpv1.PlacementReleasePolicy{SourceNamespaces: []string{chartsNamespace}},
+	}}
+	if err := mgmt.Client.Create(ctx, b.class); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestOperatorOnRealKamaji: a ComputePlane goes from nothing to Ready on a
+// TenantControlPlane real Kamaji made, through the super-admin.svc kubeconfig Kamaji
+// wrote (reachable only at the in-cluster name, through the proxy); the plane Kamaji's
+// apiserver serves is hardened; the real Flux installs a placement release there; and
+// the teardown uninstalls it and lets Kamaji delete its control plane.
+func TestOperatorOnRealKamaji(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	b := startBed(t, ctx)
+	k8s := b.mgmt.Client
+
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant-k"}}); err != nil {
+		t.Fatal(err)
+	}
+	p := &cpv1.ComputePlane{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-k", Name: "plane"},
+		Spec: cpv1.ComputePlaneSpec{ClassName: b.class.Name, PlacementNamespaces: []string{"notebooks"},
+			NodeGroups: map[string]cpv1.NodeGroup{"workers": {MinReplicas: 0, MaxReplicas: 2, InstanceType: "u1.medium"}}}}
+	created := time.Now()
+	if err := k8s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		if !apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
+			return fmt.Errorf("not Ready: %s", describeConditions(got.Status.Conditions))
+		}
+		*p = *got
+		return nil
+	})
+	t.Logf("ComputePlane created → Ready on real Kamaji: %s", time.Since(created).Round(time.Millisecond))
+
+	// What Kamaji made, and what the provider copied onto it.
+	infra := p.Status.InfrastructureNamespace
+	tcp := &kamajiv1alpha1.TenantControlPlane{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: infra, Name: render.ClusterName(p)}, tcp); err != nil {
+		t.Fatal(err)
+	}
+	if tcp.Status.KubeConfig.Admin.SecretName != render.ClusterName(p)+"-admin-kubeconfig" || tcp.Spec.DataStore != testenv.KamajiDataStoreName {
+		t.Errorf("TenantControlPlane: admin kubeconfig %q, dataStore %q", tcp.Status.KubeConfig.Admin.SecretName, tcp.Spec.DataStore)
+	}
+	if tcp.Labels[cpv1.PlaneUIDLabel] != string(p.UID) {
+		t.Errorf("the provider did not copy the KamajiControlPlane's labels onto the TenantControlPlane: %v", tcp.Labels)
+	}
+	secret := &corev1.Secret{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: infra, Name: tcp.Status.KubeConfig.Admin.SecretName}, secret); err != nil {
+		t.Fatal(err)
+	}
+	kc := string(secret.Data[render.AdminKubeconfigKey])
+	if want := fmt.Sprintf("https://%s.%s.svc:6443", tcp.Name, tcp.Namespace); !strings.Contains(kc, want) {
+		t.Fatalf("Kamaji's %s does not name %s", render.AdminKubeconfigKey, want)
+	}
+	if _, ok := b.kamaji.Runner.APIServer(infra, tcp.Name); !ok {
+		t.Fatal("the pod runner serves no kube-apiserver for the plane")
+	}
+
+	// The plane Kamaji's apiserver serves is hardened: the placement namespace and the
+	// deployer exist there, and the deployer may not write cluster-wide.
+	plane := planeClient(t, secret.Data[render.AdminKubeconfigKey], tcp)
+	ns := &corev1.Namespace{}
+	if err := plane.Get(ctx, client.ObjectKey{Name: "notebooks"}, ns); err != nil {
+		t.Fatalf("the placement namespace is not in the plane: %v", err)
+	}
+	if ns.Labels[cpv1.PlaneUIDLabel] != string(p.UID) {
+		t.Errorf("the placement namespace in the plane lacks the plane's labels: %v", ns.Labels)
+	}
+	if err := plane.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: "computeplane-deployer"}, &corev1.ServiceAccount{}); err != nil {
+		t.Errorf("the deployer is not in the plane: %v", err)
+	}
+
+	// The real Flux installs a placement release into that plane.
+	hr := &helmv2.HelmRelease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: "notebook", Labels: map[string]string{cpv1.PlacementLabel: cpv1.PlacementLabelValue}},
+		Spec: helmv2.HelmReleaseSpec{
+			Interval: metav1.Duration{Duration: time.Minute}, ReleaseName: "notebook", TargetNamespace: "notebooks",
+			ChartRef: &helmv2.CrossNamespaceSourceReference{Kind: "ExternalArtifact", Name: "app", Namespace: chartsNamespace},
+			Install:  &helmv2.Install{DisableWait: true}, Upgrade: &helmv2.Upgrade{DisableWait: true},
+		},
+	}
+	placed := time.Now()
+	if err := k8s.Create(ctx, hr); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
+		got := &helmv2.HelmRelease{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(hr), got); err != nil {
+			return err
+		}
+		if c := apimeta.FindStatusCondition(got.Status.Conditions, meta.ReadyCondition); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("release not Ready: %+v", c)
+		}
+		return plane.Get(ctx, client.ObjectKey{Namespace: "notebooks", Name: "notebook"}, &corev1.ConfigMap{})
+	})
+	t.Logf("placement release created → installed by Flux in the Kamaji plane: %s", time.Since(placed).Round(time.Millisecond))
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "notebooks", Name: "notebook"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the chart's ConfigMap reached the management cluster (err=%v)", err)
+	}
+
+	// Teardown: the release is uninstalled from the plane, then Cluster API (stand-in)
+	// deletes the KamajiControlPlane, the TenantControlPlane goes through Kamaji's
+	// finalizers, and the pod runner stops the control plane.
+	patch := client.MergeFrom(p.DeepCopy())
+	metav1.SetMetaDataAnnotation(&p.ObjectMeta, cpv1.UninstallAnnotation, "the test is done with it")
+	if err := k8s.Patch(ctx, p, patch); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	if err := k8s.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
+		err := plane.Get(ctx, client.ObjectKey{Namespace: "notebooks", Name: "notebook"}, &corev1.ConfigMap{})
+		if err == nil {
+			return errors.New("the release's ConfigMap is still in the plane")
+		}
+		if !apierrors.IsNotFound(err) {
+			// The plane may already be gone; the release record says Flux uninstalled.
+			got := &helmv2.HelmRelease{}
+			if gerr := k8s.Get(ctx, client.ObjectKeyFromObject(hr), got); !apierrors.IsNotFound(gerr) {
+				return fmt.Errorf("the plane answers %v and the release is still there", err)
+			}
+		}
+		return nil
+	})
+	testenv.Poll(t, 3*time.Minute, 200*time.Millisecond, func() error {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the ComputePlane is still there (%v): %s", err, describeConditions(got.Status.Conditions))
+		}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(tcp), &kamajiv1alpha1.TenantControlPlane{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the TenantControlPlane is still there (%v)", err)
+		}
+		if _, ok := b.kamaji.Runner.APIServer(infra, tcp.Name); ok {
+			return errors.New("the plane's kube-apiserver still runs")
+		}
+		return nil
+	})
+	t.Logf("ComputePlane deleted → gone, its TenantControlPlane deleted by Kamaji and its apiserver stopped: %s",
+		time.Since(deleted).Round(time.Millisecond))
+	var deploys appsv1.DeploymentList
+	if err := k8s.List(ctx, &deploys, client.InNamespace(infra)); err != nil || len(deploys.Items) != 0 {
+		t.Errorf("%d Deployments left in %s (err=%v)", len(deploys.Items), infra, err)
+	}
+}
+
+// planeClient is the plane's administrator, from the kubeconfig Kamaji wrote, through
+// the proxy (what the test checks with; the operator has its own connection).
+func planeClient(t *testing.T, kubeconfig []byte, tcp *kamajiv1alpha1.TenantControlPlane) client.Client {
+	t.Helper()
+	cred, err := remote.ParseAdminKubeconfig(kubeconfig, []string{fmt.Sprintf("https://%s.%s.svc:6443", tcp.Name, tcp.Namespace)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := cred.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func describeConditions(conds []metav1.Condition) string {
+	var parts []string
+	for _, c := range conds {
+		parts = append(parts, fmt.Sprintf("%s=%s/%s: %s", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return strings.Join(parts, "; ")
+}
