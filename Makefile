@@ -37,11 +37,12 @@ build: ## Build the manager binary into bin/.
 
 .PHONY: test
 test: ## Run every test (unit and envtest on real apiservers) with -race.
+	test/tools/flux.sh >/dev/null # test/kamajireal runs the real Flux (e2e stays opt-in: make e2e)
 	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) KAMAJI_BIN=$(KAMAJI) go test -race -count=1 -timeout 20m $(GO_TEST_FLAGS) ./...
 
 .PHONY: demo
 demo: ## Run the embedded default: a local management apiserver, the manager and a sample plane.
-	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) go run ./cmd/demo
+	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) KAMAJI_BIN=$(KAMAJI) go run ./cmd/demo
 
 .PHONY: e2e
 e2e: ## Run placement end to end with the real Flux helm-controller (built once, see test/tools/flux.sh).

@@ -35,8 +35,9 @@ import (
 //   - of the Services only those that opted in to a grant (the grants read nothing else);
 //   - of the MachineSets (Cluster API creates them, with its labels, not the operator's)
 //     only their labels and the two template references the operator reads;
-//   - of the TenantControlPlanes (Kamaji's CAPI provider creates them without the
-//     operator's labels, so all are cached) only the endpoint, the version, the admin
+//   - of the TenantControlPlanes (Kamaji's CAPI provider creates them, copying the
+//     KamajiControlPlane's labels; the operator does not rely on that copy, so all are
+//     cached) only the endpoint, the version, the admin
 //     kubeconfig Secret's name and the port: not Kamaji's certificate, kubeadm, storage
 //     and add-on status or the deployment spec. The operator never writes them;
 //   - of the KamajiControlPlanes, KubevirtClusters, KubevirtMachineTemplates,

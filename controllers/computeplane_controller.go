@@ -164,7 +164,9 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 			return r.planesOfInfraNamespace(ctx, o)
 		})).
 		Watches(kamajiControlPlaneKind(), handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
-		// Kamaji's CAPI provider creates the TenantControlPlane without our labels.
+		// Kamaji's CAPI provider copies the KamajiControlPlane's labels onto the
+		// TenantControlPlane (v0.20.0), but they are another component's copy: map by
+		// the infrastructure namespace, which only the operator's planes use.
 		Watches(&kamajiv1alpha1.TenantControlPlane{}, handler.EnqueueRequestsFromMapFunc(r.planesOfInfraNamespace)).
 		// A Service that opts in or out (or goes) changes its plane's grants.
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.planesInNamespace),

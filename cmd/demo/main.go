@@ -1,8 +1,10 @@
 // Command demo is the embedded default: it starts a local management kube-apiserver (with
-// the ComputePlane and upstream CRDs), runs the operator against it, stands in for
-// Kamaji and its Cluster API provider with a real tenant kube-apiserver per control
-// plane, applies the sample class and plane with kubectl, and prints what an operator
-// would see. It removes everything it started when it exits or on Ctrl-C.
+// the ComputePlane and upstream CRDs), installs the operator from its chart, runs the real
+// Kamaji v1.0.0 manager (test/tools/kamaji.sh builds it) whose control planes run as host
+// processes, with stand-ins for Kamaji's Cluster API provider and Cluster API core written
+// from their source (test/capistandin), applies the sample class and plane with kubectl,
+// and prints what an operator would see. It removes everything it started when it exits
+// or on Ctrl-C.
 package main
 
 import (
@@ -19,10 +21,12 @@ import (
 	"syscall"
 	"time"
 
+	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -30,7 +34,8 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
-	"github.com/cozystack/computeplane/test/devprovider"
+	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/test/capistandin"
 	"github.com/cozystack/computeplane/test/testenv"
 )
 
@@ -58,6 +63,23 @@ func logLevel(verbose bool) zapcore.Level {
 }
 
 func run(ctx context.Context, stay, verbose bool) error {
+	kamajiBin, err := testenv.KamajiBinary()
+	if err != nil {
+		return fmt.Errorf("%w (`make demo` builds it)", err)
+	}
+	// Kamaji writes kubeconfigs that name a plane by its in-cluster Service
+	// (https://<name>.<namespace>.svc:6443), which a host cannot resolve: a local CONNECT
+	// proxy stands in for the cluster network. Everything that talks to planes (the
+	// operator, Kamaji, kubectl) finds it through HTTPS_PROXY, set before any HTTP client
+	// of this process reads it.
+	proxy, err := testenv.StartPlaneProxy()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = proxy.Close() }()
+	if err := proxy.Export(); err != nil {
+		return err
+	}
 	step("Starting a management kube-apiserver and etcd (with the Cluster API, Kamaji, CAPK, Cilium and Flux CRDs)")
 	scheme := controllers.NewScheme()
 	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Bare: true})
@@ -110,14 +132,19 @@ func run(ctx context.Context, stay, verbose bool) error {
 	}
 	defer op.stop()
 
-	// The providers (Kamaji, Cluster API) are other components with their own rights: the
-	// dev provider standing in for them runs in a manager of its own, as an admin, while
-	// the operator has only the RBAC the chart gives it.
-	_, stopProvider, err := devprovider.Start(ctx, mgmt.Config, scheme)
+	// Kamaji and Cluster API are other components with their own rights: they run as an
+	// administrator, while the operator has only the RBAC the chart gives it.
+	step("Starting Kamaji " + testenv.KamajiVersion + " (the real manager, with a TLS etcd DataStore; its control planes run as host processes) and stand-ins for its Cluster API provider and Cluster API core")
+	kamaji, err := testenv.StartRealKamaji(ctx, mgmt, testenv.RealKamajiOptions{Binary: kamajiBin, Proxy: proxy})
 	if err != nil {
 		return err
 	}
-	defer stopProvider()
+	defer kamaji.Stop()
+	stopStandins, err := capistandin.Start(ctx, mgmt.Config, scheme)
+	if err != nil {
+		return err
+	}
+	defer stopStandins()
 	step("The operator is running (controllers and admission webhook) as its ServiceAccount, with the chart's RBAC; the Deployment itself has no pods: no kubelet here")
 	if err := kubectl("get", "deployment,serviceaccount,secret,poddisruptionbudget", "-n", operatorNS); err != nil {
 		return err
@@ -134,7 +161,7 @@ func run(ctx context.Context, stay, verbose bool) error {
 		return err
 	}
 	key := client.ObjectKey{Namespace: "tenant-demo", Name: "demo"}
-	step("Watching the plane come up (the dev provider starts a real tenant kube-apiserver for it)")
+	step("Watching the plane come up (Kamaji makes its TenantControlPlane; its kube-apiserver runs as a host process)")
 	if err := watchProvisioning(ctx, mgmt.Client, key); err != nil {
 		return err
 	}
@@ -151,6 +178,10 @@ func run(ctx context.Context, stay, verbose bool) error {
 		return err
 	}
 	if err := kubectl("wait", "--for=condition=Ready", "--timeout=60s", "-n", "tenant-demo", "computeplane/demo"); err != nil {
+		return err
+	}
+	step("Kamaji wrote the plane's admin kubeconfig; the operator reaches the plane only at the in-cluster name it names")
+	if err := reachedAtServiceName(ctx, mgmt.Client, infra, "demo"); err != nil {
 		return err
 	}
 	if err := kubectl("get", "computeplane", "-n", "tenant-demo", "demo", "-o",
@@ -273,6 +304,39 @@ func run(ctx context.Context, stay, verbose bool) error {
 		return err
 	}
 	return beaconIs(ctx, mgmt.Client, "tenant-demo", "")
+}
+
+// reachedAtServiceName shows what Kamaji made for the plane and checks that the admin
+// kubeconfig the operator uses names the plane's in-cluster Service, as Kamaji writes it:
+// the plane is Ready, so the operator reached its API there (nothing else routes it).
+func reachedAtServiceName(ctx context.Context, c client.Client, infra, name string) error {
+	tcp := &kamajiv1alpha1.TenantControlPlane{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: infra, Name: name}, tcp); err != nil {
+		return err
+	}
+	secret := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: infra, Name: tcp.Status.KubeConfig.Admin.SecretName}, secret); err != nil {
+		return fmt.Errorf("Kamaji's admin kubeconfig: %w", err)
+	}
+	kc, err := clientcmd.Load(secret.Data[render.AdminKubeconfigKey])
+	if err != nil {
+		return fmt.Errorf("Kamaji's admin kubeconfig, key %s: %w", render.AdminKubeconfigKey, err)
+	}
+	want := fmt.Sprintf("https://%s.%s.svc:6443", name, infra)
+	var servers []string
+	for _, cl := range kc.Clusters {
+		servers = append(servers, cl.Server)
+	}
+	status := "unknown"
+	if st := tcp.Status.Kubernetes.Version.Status; st != nil {
+		status = string(*st)
+	}
+	fmt.Printf("    TenantControlPlane %s/%s: %s, endpoint %s, admin kubeconfig Secret %s (key %s: server %s)\n",
+		infra, name, status, tcp.Status.ControlPlaneEndpoint, secret.Name, render.AdminKubeconfigKey, strings.Join(servers, ", "))
+	if len(servers) != 1 || servers[0] != want {
+		return fmt.Errorf("the admin kubeconfig names %v, not the Service name %s Kamaji writes", servers, want)
+	}
+	return nil
 }
 
 // beaconIs checks the namespace's capability label (want "": none), waiting a moment

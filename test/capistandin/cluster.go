@@ -54,6 +54,7 @@ func (r *clusters) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 	reconcileInfrastructure(cluster, infra)
 	reconcileControlPlane(cluster, cp)
 	setConditions(cluster, infra, cp)
+	cluster.Status.Phase = string(phase(cluster))
 
 	if cluster.Spec.ControlPlaneEndpoint != before.Spec.ControlPlaneEndpoint {
 		patch := client.MergeFrom(before.DeepCopy())
@@ -150,6 +151,20 @@ func reconcileControlPlane(cluster *clusterv1.Cluster, cp *unstructured.Unstruct
 		cluster.Spec.ControlPlaneEndpoint = endpointOf(cp)
 	}
 	cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+}
+
+// phase follows cluster_controller_status.go setPhase.
+func phase(cluster *clusterv1.Cluster) clusterv1.ClusterPhase {
+	switch {
+	case !cluster.DeletionTimestamp.IsZero():
+		return clusterv1.ClusterPhaseDeleting
+	case deref(cluster.Status.Initialization.InfrastructureProvisioned) && cluster.Spec.ControlPlaneEndpoint.IsValid():
+		return clusterv1.ClusterPhaseProvisioned
+	case cluster.Spec.InfrastructureRef.IsDefined() || cluster.Spec.ControlPlaneRef.IsDefined():
+		return clusterv1.ClusterPhaseProvisioning
+	default:
+		return clusterv1.ClusterPhasePending
+	}
 }
 
 func endpointOf(o *unstructured.Unstructured) clusterv1.APIEndpoint {

@@ -54,7 +54,7 @@ func startBed(t *testing.T, ctx context.Context) *bed {
 	}
 	fluxBin := testenv.FluxHelmControllerBinary()
 	if fluxBin == "" {
-		t.Skip("FLUX_HELM_CONTROLLER is not set: `make test` builds the Flux helm-controller (test/tools/flux.sh) and sets it")
+		t.Skip("the Flux helm-controller is not built: run test/tools/flux.sh (`make test` does), or set FLUX_HELM_CONTROLLER to its output")
 	}
 	scheme := controllers.NewScheme()
 	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Webhooks: true})
@@ -135,48 +135,10 @@ func TestOperatorOnRealKamaji(t *testing.T) {
 	b := startBed(t, ctx)
 	k8s := b.mgmt.Client
 
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant-k"}}); err != nil {
-		t.Fatal(err)
-	}
-	p := &cpv1.ComputePlane{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-k", Name: "plane"},
-		Spec: cpv1.ComputePlaneSpec{ClassName: b.class.Name, PlacementNamespaces: []string{"notebooks"},
-			NodeGroups: map[string]cpv1.NodeGroup{"workers": {MinReplicas: 0, MaxReplicas: 2, InstanceType: "u1.medium"}}}}
-	created := time.Now()
-	if err := k8s.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
-		got := &cpv1.ComputePlane{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
-			return err
-		}
-		if !apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
-			return fmt.Errorf("not Ready: %s", describeConditions(got.Status.Conditions))
-		}
-		*p = *got
-		return nil
-	})
-	t.Logf("ComputePlane created → Ready on real Kamaji: %s", time.Since(created).Round(time.Millisecond))
-
-	// What Kamaji made, and what the provider copied onto it.
+	p, tcp, secret := b.readyPlane(t, ctx, "tenant-k")
 	infra := p.Status.InfrastructureNamespace
-	tcp := &kamajiv1alpha1.TenantControlPlane{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: infra, Name: render.ClusterName(p)}, tcp); err != nil {
-		t.Fatal(err)
-	}
-	if tcp.Status.KubeConfig.Admin.SecretName != render.ClusterName(p)+"-admin-kubeconfig" || tcp.Spec.DataStore != testenv.KamajiDataStoreName {
-		t.Errorf("TenantControlPlane: admin kubeconfig %q, dataStore %q", tcp.Status.KubeConfig.Admin.SecretName, tcp.Spec.DataStore)
-	}
 	if tcp.Labels[cpv1.PlaneUIDLabel] != string(p.UID) {
 		t.Errorf("the provider did not copy the KamajiControlPlane's labels onto the TenantControlPlane: %v", tcp.Labels)
-	}
-	secret := &corev1.Secret{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: infra, Name: tcp.Status.KubeConfig.Admin.SecretName}, secret); err != nil {
-		t.Fatal(err)
-	}
-	kc := string(secret.Data[render.AdminKubeconfigKey])
-	if want := fmt.Sprintf("https://%s.%s.svc:6443", tcp.Name, tcp.Namespace); !strings.Contains(kc, want) {
-		t.Fatalf("Kamaji's %s does not name %s", render.AdminKubeconfigKey, want)
 	}
 	if _, ok := b.kamaji.Runner.APIServer(infra, tcp.Name); !ok {
 		t.Fatal("the pod runner serves no kube-apiserver for the plane")
@@ -269,6 +231,51 @@ func TestOperatorOnRealKamaji(t *testing.T) {
 	if err := k8s.List(ctx, &deploys, client.InNamespace(infra)); err != nil || len(deploys.Items) != 0 {
 		t.Errorf("%d Deployments left in %s (err=%v)", len(deploys.Items), infra, err)
 	}
+}
+
+// readyPlane creates a tenant namespace and a ComputePlane in it and waits for it to be
+// Ready on the TenantControlPlane real Kamaji made; it returns the plane, the
+// TenantControlPlane and Kamaji's admin kubeconfig Secret.
+func (b *bed) readyPlane(t *testing.T, ctx context.Context, tenant string) (*cpv1.ComputePlane, *kamajiv1alpha1.TenantControlPlane, *corev1.Secret) {
+	t.Helper()
+	k8s := b.mgmt.Client
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant}}); err != nil {
+		t.Fatal(err)
+	}
+	p := &cpv1.ComputePlane{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "plane"},
+		Spec: cpv1.ComputePlaneSpec{ClassName: b.class.Name, PlacementNamespaces: []string{"notebooks"},
+			NodeGroups: map[string]cpv1.NodeGroup{"workers": {MinReplicas: 0, MaxReplicas: 2, InstanceType: "u1.medium"}}}}
+	created := time.Now()
+	if err := k8s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		if !apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
+			return fmt.Errorf("not Ready: %s", describeConditions(got.Status.Conditions))
+		}
+		*p = *got
+		return nil
+	})
+	t.Logf("ComputePlane created → Ready on real Kamaji: %s", time.Since(created).Round(time.Millisecond))
+	tcp := &kamajiv1alpha1.TenantControlPlane{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: p.Status.InfrastructureNamespace, Name: render.ClusterName(p)}, tcp); err != nil {
+		t.Fatal(err)
+	}
+	if tcp.Status.KubeConfig.Admin.SecretName != render.ClusterName(p)+"-admin-kubeconfig" || tcp.Spec.DataStore != testenv.KamajiDataStoreName {
+		t.Errorf("TenantControlPlane: admin kubeconfig %q, dataStore %q", tcp.Status.KubeConfig.Admin.SecretName, tcp.Spec.DataStore)
+	}
+	secret := &corev1.Secret{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: tcp.Namespace, Name: tcp.Status.KubeConfig.Admin.SecretName}, secret); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("https://%s.%s.svc:6443", tcp.Name, tcp.Namespace); !strings.Contains(string(secret.Data[render.AdminKubeconfigKey]), want) {
+		t.Fatalf("Kamaji's %s does not name %s", render.AdminKubeconfigKey, want)
+	}
+	return p, tcp, secret
 }
 
 // planeClient is the plane's administrator, from the kubeconfig Kamaji wrote, through

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -113,8 +114,23 @@ type HelmController struct {
 	done chan struct{}
 }
 
-// FluxHelmControllerBinary is $FLUX_HELM_CONTROLLER, or "" when the suite should skip.
-func FluxHelmControllerBinary() string { return os.Getenv("FLUX_HELM_CONTROLLER") }
+// FluxHelmControllerBinary finds the helm-controller: $FLUX_HELM_CONTROLLER, else the
+// cache test/tools/flux.sh builds into (asked with --path, which never builds); "" when
+// it is not built.
+func FluxHelmControllerBinary() string {
+	if bin := os.Getenv("FLUX_HELM_CONTROLLER"); bin != "" {
+		return bin
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return ""
+	}
+	out, err := exec.Command(filepath.Join(root, "test", "tools", "flux.sh"), "--path").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
 
 // StartHelmController starts the helm-controller binary against mgmt.
 func StartHelmController(mgmt *Cluster, binary string) (*HelmController, error) {

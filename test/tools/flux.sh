@@ -5,6 +5,9 @@
 # The module's go.mod replaces its api module with ./api, which the module zip does not
 # contain, so `go install` is refused: the main module and the api module are downloaded
 # separately and put together in a writable copy.
+#
+# `flux.sh --path` prints the binary's path if it is built and fails otherwise, never
+# building (tests use it to find the binary, or skip).
 set -euo pipefail
 
 VERSION=v1.6.2
@@ -15,6 +18,10 @@ bin="$dir/helm-controller"
 if [ -x "$bin" ]; then
   echo "$bin"
   exit 0
+fi
+if [ "${1:-}" = --path ]; then
+  echo "helm-controller $VERSION is not built: run $0" >&2
+  exit 1
 fi
 echo "building helm-controller $VERSION into $dir (first time only)" >&2
 mkdir -p "$dir"
