@@ -45,8 +45,9 @@ demo: ## Run the embedded default: a local management apiserver, the manager and
 	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) KAMAJI_BIN=$(KAMAJI) go run ./cmd/demo
 
 .PHONY: e2e
-e2e: ## Run placement end to end with the real Flux helm-controller (built once, see test/tools/flux.sh).
+e2e: ## Run placement end to end with the real Flux helm-controller (built once, see test/tools/flux.sh), on the dev provider's planes and on a real Kamaji plane.
 	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) go test -race -count=1 -v -timeout 45m ./test/e2e/...
+	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) KAMAJI_BIN=$(KAMAJI) go test -race -count=1 -v -timeout 15m -run '^TestOperatorOnRealKamaji$$' ./test/kamajireal/
 
 .PHONY: burst
 burst: ## Run the burst: 1,000 placement releases over 10 planes with flapping gates, real Flux (about 15 min; E2E_BURST=50,20 for 50 planes).
@@ -83,5 +84,6 @@ verify-generated: generate manifests ## Fail when generated code or manifests ar
 	git diff --exit-code -- api config
 
 .PHONY: faults
-faults: ## Run the fault suite: plane apiserver/etcd loss, credential rotation, the manager SIGKILLed at every stage, the management apiserver restarted (prints each fault's figures).
+faults: ## Run the fault suite: plane apiserver/etcd loss, credential rotation, the manager SIGKILLed at every stage, the management apiserver restarted, and a Kamaji-run control plane killed and renewed (prints each fault's figures).
 	KUBEBUILDER_ASSETS=$(TESTBIN) COMPUTEPLANE_FAULTS=1 go test -race -count=1 -v -timeout 30m ./test/faults/...
+	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) KAMAJI_BIN=$(KAMAJI) go test -race -count=1 -v -timeout 15m -run '^TestRealKamajiFaults$$' ./test/kamajireal/

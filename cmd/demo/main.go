@@ -280,7 +280,8 @@ func run(ctx context.Context, stay, verbose bool) error {
 	}
 
 	if stay {
-		step("Still running. In another shell: export KUBECONFIG=" + kubeconfig + "; Ctrl-C here to stop and clean up")
+		step("Still running. In another shell: export KUBECONFIG=" + kubeconfig + " HTTPS_PROXY=" + proxy.URL().String() +
+			" (the proxy reaches planes at the names Kamaji writes); Ctrl-C here to stop and clean up")
 		<-ctx.Done()
 		return nil
 	}

@@ -249,10 +249,18 @@ func (b *bed) readyPlane(t *testing.T, ctx context.Context, tenant string) (*cpv
 	if err := k8s.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
+	var tcpReady time.Duration // when Kamaji first reported its TenantControlPlane Ready
 	testenv.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
 		got := &cpv1.ComputePlane{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
 			return err
+		}
+		if tcpReady == 0 && got.Status.InfrastructureNamespace != "" {
+			tcp := &kamajiv1alpha1.TenantControlPlane{}
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: got.Status.InfrastructureNamespace, Name: render.ClusterName(got)}, tcp)
+			if st := tcp.Status.Kubernetes.Version.Status; err == nil && st != nil && *st == kamajiv1alpha1.VersionReady {
+				tcpReady = time.Since(created)
+			}
 		}
 		if !apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
 			return fmt.Errorf("not Ready: %s", describeConditions(got.Status.Conditions))
@@ -260,7 +268,8 @@ func (b *bed) readyPlane(t *testing.T, ctx context.Context, tenant string) (*cpv
 		*p = *got
 		return nil
 	})
-	t.Logf("ComputePlane created → Ready on real Kamaji: %s", time.Since(created).Round(time.Millisecond))
+	t.Logf("ComputePlane created → Ready on real Kamaji: %s (Kamaji reported its TenantControlPlane Ready after %s)",
+		time.Since(created).Round(time.Millisecond), tcpReady.Round(time.Millisecond))
 	tcp := &kamajiv1alpha1.TenantControlPlane{}
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: p.Status.InfrastructureNamespace, Name: render.ClusterName(p)}, tcp); err != nil {
 		t.Fatal(err)
