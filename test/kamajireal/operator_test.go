@@ -57,11 +57,18 @@ func startBed(t *testing.T, ctx context.Context) *bed {
 		t.Skip("the Flux helm-controller is not built: run test/tools/flux.sh (`make test` does), or set FLUX_HELM_CONTROLLER to its output")
 	}
 	scheme := controllers.NewScheme()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Webhooks: true})
+	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Webhooks: true, Audit: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = mgmt.Stop() })
+	t.Cleanup(func() {
+		// On the real Kamaji's objects the operator reaches rights the dev provider's
+		// suites do not: none of them may have been refused.
+		if refused, _, err := testenv.Refused(mgmt.AuditLog); err != nil || len(refused) > 0 {
+			t.Errorf("RBAC audit: the operator was refused %v (%v): a right the controllers use is missing from the markers", refused, err)
+		}
+		_ = mgmt.Stop()
+	})
 	b := &bed{mgmt: mgmt}
 	if b.kamaji, err = testenv.StartRealKamaji(ctx, mgmt, testenv.RealKamajiOptions{Binary: bin, Proxy: proxy}); err != nil {
 		t.Fatal(err)
