@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
@@ -255,7 +256,7 @@ func (o *providerObservation) workerVersion(classVersion string) string {
 // nowhere else.
 func controlPlaneServers(tcp *kamajiv1alpha1.TenantControlPlane) []string {
 	var out []string
-	if ep := tcp.Status.ControlPlaneEndpoint; ep != "" {
+	if ep := endpointHostPort(tcp.Status.ControlPlaneEndpoint); ep != "" {
 		out = append(out, "https://"+ep)
 	}
 	port := tcp.Spec.NetworkProfile.Port
@@ -266,6 +267,21 @@ func controlPlaneServers(tcp *kamajiv1alpha1.TenantControlPlane) []string {
 		out = append(out, fmt.Sprintf("https://%s.%s.%s:%d", tcp.Name, tcp.Namespace, domain, port))
 	}
 	return out
+}
+
+// endpointHostPort is a TenantControlPlane's status.controlPlaneEndpoint as a URL's
+// host:port. Kamaji v1.0.0 writes "<address>:<port>" (internal/resources/
+// k8s_service_resource.go), so an IPv6 address comes unbracketed; a kubeconfig names it
+// bracketed. Anything else is returned as it is.
+func endpointHostPort(ep string) string {
+	if _, _, err := net.SplitHostPort(ep); err == nil {
+		return ep
+	}
+	i := strings.LastIndexByte(ep, ':')
+	if i < 0 || net.ParseIP(ep[:i]) == nil {
+		return ep
+	}
+	return net.JoinHostPort(ep[:i], ep[i+1:])
 }
 
 // pruneNodeGroups deletes MachineDeployments of node groups that are gone, and machine

@@ -81,6 +81,21 @@ func TestProvisioningResult(t *testing.T) {
 	}
 }
 
+func TestEndpointHostPort(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.0.0.1:6443":     "10.0.0.1:6443",
+		"fd00:10::1:6443":   "[fd00:10::1]:6443", // Kamaji v1.0.0's unbracketed IPv6
+		"[fd00:10::1]:6443": "[fd00:10::1]:6443",
+		"plane.example:443": "plane.example:443",
+		"":                  "",
+		"not an endpoint":   "not an endpoint",
+	} {
+		if got := endpointHostPort(in); got != want {
+			t.Errorf("endpointHostPort(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestControlPlaneServers(t *testing.T) {
 	tcp := &kamajiv1alpha1.TenantControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: "cp-a-1234", Name: "p"}}
 	tcp.Status.ControlPlaneEndpoint = "10.0.0.1:6443"
