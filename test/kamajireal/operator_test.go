@@ -121,7 +121,7 @@ func startBed(t *testing.T, ctx context.Context) *bed {
 		KubernetesVersion: "v1.30.2",
 		Addons: []cpv1.SystemAddon{{Name: "cni", Role: cpv1.AddonRoleCNI, TargetNamespace: "kube-system",
 			ChartRef: cpv1.AddonChartRef{Kind: "ExternalArtifact", Name: "cni", Namespace: chartsNamespace}}},
-		PodSecurity: cpv1.PodSecurityProfile{ExemptNamespaces: []string{"kube-system"}},
+		PodSecurity:       cpv1.PodSecurityProfile{ExemptNamespaces: []string{"kube-system"}},
 		NodeGroups:        cpv1.NodeGroupLimits{MaxGroups: 2, MaxReplicas: 3, InstanceTypes: []string{"u1.medium"}},
 		PlacementReleases: cpv1.PlacementReleasePolicy{SourceNamespaces: []string{chartsNamespace}},
 	}}
