@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"maps"
 	"slices"
 	"strings"
@@ -58,13 +59,13 @@ func applierSecretMismatch(secret *corev1.Secret, want applierWant) string {
 			return "label " + k
 		}
 	}
-	uid := secret.Annotations[ApplierUIDAnnotation]
+	uid := secret.Annotations[cpv1.ApplierUIDAnnotation]
 	if uid == "" {
-		return "annotation " + ApplierUIDAnnotation
+		return "annotation " + cpv1.ApplierUIDAnnotation
 	}
-	expires, err := time.Parse(time.RFC3339, secret.Annotations[TokenExpiresAtAnnotation])
+	expires, err := time.Parse(time.RFC3339, secret.Annotations[cpv1.TokenExpiresAtAnnotation])
 	if err != nil {
-		return "annotation " + TokenExpiresAtAnnotation
+		return "annotation " + cpv1.TokenExpiresAtAnnotation
 	}
 	value := secret.Data[ApplierKubeconfigKey]
 	token, err := kubeconfigToken(value)
@@ -163,8 +164,8 @@ func applierDigest(secret *corev1.Secret) [sha256.Size]byte {
 		field(k)
 		field(secret.Labels[k])
 	}
-	field(secret.Annotations[ApplierUIDAnnotation])
-	field(secret.Annotations[TokenExpiresAtAnnotation])
+	field(secret.Annotations[cpv1.ApplierUIDAnnotation])
+	field(secret.Annotations[cpv1.TokenExpiresAtAnnotation])
 	var out [sha256.Size]byte
 	h.Sum(out[:0])
 	return out
@@ -202,6 +203,13 @@ func (m *applierMemory) recall(key client.ObjectKey, secret *corev1.Secret) (our
 	defer m.mu.Unlock()
 	last, ok := m.seen[key]
 	return ok && last.sum == sum, last.admin
+}
+
+func (m *applierMemory) remembers(key client.ObjectKey) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.seen[key]
+	return ok
 }
 
 func (m *applierMemory) forget(key client.ObjectKey) {

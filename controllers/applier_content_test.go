@@ -3,6 +3,7 @@ package controllers
 import (
 	"encoding/base64"
 	"encoding/json"
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"maps"
 	"strings"
 	"testing"
@@ -54,7 +55,7 @@ func TestApplierSecretMismatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		return &corev1.Secret{Type: corev1.SecretTypeOpaque, Data: map[string][]byte{ApplierKubeconfigKey: value},
-			ObjectMeta: metavl(want.labels, map[string]string{ApplierUIDAnnotation: "uid-1", TokenExpiresAtAnnotation: expires.Format(time.RFC3339)})}
+			ObjectMeta: metavl(want.labels, map[string]string{cpv1.ApplierUIDAnnotation: "uid-1", cpv1.TokenExpiresAtAnnotation: expires.Format(time.RFC3339)})}
 	}
 	withKubeconfig := func(build func(token string) ([]byte, error), token string) func(*testing.T, *corev1.Secret) {
 		return func(t *testing.T, s *corev1.Secret) {
@@ -108,14 +109,14 @@ func TestApplierSecretMismatch(t *testing.T) {
 		}, "keys [kubeconfig]"},
 		{"Flux's watch label removed", func(_ *testing.T, s *corev1.Secret) { delete(s.Labels, "reconcile.fluxcd.io/watch") }, "label reconcile.fluxcd.io/watch"},
 		{"another type", func(_ *testing.T, s *corev1.Secret) { s.Type = corev1.SecretTypeServiceAccountToken }, "type kubernetes.io/service-account-token"},
-		{"expiry annotation removed", func(_ *testing.T, s *corev1.Secret) { delete(s.Annotations, TokenExpiresAtAnnotation) }, "annotation " + TokenExpiresAtAnnotation},
+		{"expiry annotation removed", func(_ *testing.T, s *corev1.Secret) { delete(s.Annotations, cpv1.TokenExpiresAtAnnotation) }, "annotation " + cpv1.TokenExpiresAtAnnotation},
 		{"expiry annotation moved", func(_ *testing.T, s *corev1.Secret) {
-			s.Annotations[TokenExpiresAtAnnotation] = expires.Add(24 * time.Hour).Format(time.RFC3339)
+			s.Annotations[cpv1.TokenExpiresAtAnnotation] = expires.Add(24 * time.Hour).Format(time.RFC3339)
 		}, "token: expires at"},
 		{"expiry annotation brought forward (a rotation sooner, not drift)", func(_ *testing.T, s *corev1.Secret) {
-			s.Annotations[TokenExpiresAtAnnotation] = expires.Add(-30 * time.Minute).Format(time.RFC3339)
+			s.Annotations[cpv1.TokenExpiresAtAnnotation] = expires.Add(-30 * time.Minute).Format(time.RFC3339)
 		}, ""},
-		{"applier annotation removed", func(_ *testing.T, s *corev1.Secret) { delete(s.Annotations, ApplierUIDAnnotation) }, "annotation " + ApplierUIDAnnotation},
+		{"applier annotation removed", func(_ *testing.T, s *corev1.Secret) { delete(s.Annotations, cpv1.ApplierUIDAnnotation) }, "annotation " + cpv1.ApplierUIDAnnotation},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := written(t)
@@ -135,7 +136,7 @@ func TestApplierMemory(t *testing.T) {
 	base := func() *corev1.Secret {
 		return &corev1.Secret{Type: corev1.SecretTypeOpaque, Data: map[string][]byte{ApplierKubeconfigKey: []byte("kubeconfig")},
 			ObjectMeta: metavl(map[string]string{"reconcile.fluxcd.io/watch": "Enabled"},
-				map[string]string{ApplierUIDAnnotation: "uid-1", TokenExpiresAtAnnotation: "2030-01-01T12:00:00Z"})}
+				map[string]string{cpv1.ApplierUIDAnnotation: "uid-1", cpv1.TokenExpiresAtAnnotation: "2030-01-01T12:00:00Z"})}
 	}
 	var m applierMemory
 	if ours, _ := m.recall(key, base()); ours {
@@ -150,8 +151,8 @@ func TestApplierMemory(t *testing.T) {
 		"added key":         func(s *corev1.Secret) { s.Data["x"] = nil },
 		"type":              func(s *corev1.Secret) { s.Type = "other" },
 		"label":             func(s *corev1.Secret) { s.Labels["reconcile.fluxcd.io/watch"] = "Disabled" },
-		"expiry annotation": func(s *corev1.Secret) { s.Annotations[TokenExpiresAtAnnotation] = "2031-01-01T12:00:00Z" },
-		"uid annotation":    func(s *corev1.Secret) { s.Annotations[ApplierUIDAnnotation] = "uid-2" },
+		"expiry annotation": func(s *corev1.Secret) { s.Annotations[cpv1.TokenExpiresAtAnnotation] = "2031-01-01T12:00:00Z" },
+		"uid annotation":    func(s *corev1.Secret) { s.Annotations[cpv1.ApplierUIDAnnotation] = "uid-2" },
 		"key and value shifted": func(s *corev1.Secret) {
 			s.Data = map[string][]byte{ApplierKubeconfigKey + "k": []byte("ubeconfig")}
 		},

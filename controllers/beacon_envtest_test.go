@@ -26,8 +26,8 @@ func beacon(ctx context.Context, namespace, want string) func() error {
 		if err := k8s.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
 			return err
 		}
-		if got := ns.Labels[controllers.DefaultCapabilityLabel]; got != want {
-			return fmt.Errorf("%s=%q, want %q", controllers.DefaultCapabilityLabel, got, want)
+		if got := ns.Labels[cpv1.DefaultCapabilityLabel]; got != want {
+			return fmt.Errorf("%s=%q, want %q", cpv1.DefaultCapabilityLabel, got, want)
 		}
 		return nil
 	}
@@ -88,10 +88,10 @@ func TestAttackOperatorRelabelsNamespaces(t *testing.T) {
 	eventuallyDenied(t, func() error { return label("pod-security.kubernetes.io/enforce", "privileged") }, "may change only the namespace.cozystack.io/capability.* labels")
 	denied(t, label("tenant.example.com/class", "gold"), "may change only the namespace.cozystack.io/capability.* labels")
 	denied(t, op.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}), "deletes only the namespaces it created")
-	if err := label(controllers.DefaultCapabilityLabel, "plane"); err != nil {
+	if err := label(cpv1.DefaultCapabilityLabel, "plane"); err != nil {
 		t.Fatalf("the beacon itself was refused: %v", err)
 	}
-	if err := label(controllers.DefaultCapabilityLabel, nil); err != nil {
+	if err := label(cpv1.DefaultCapabilityLabel, nil); err != nil {
 		t.Fatalf("taking the beacon away was refused: %v", err)
 	}
 
@@ -111,7 +111,7 @@ func TestAttackOperatorRelabelsNamespaces(t *testing.T) {
 
 func TestCheckCapabilityLabel(t *testing.T) {
 	for key, ok := range map[string]bool{
-		"": true, controllers.DefaultCapabilityLabel: true, "namespace.cozystack.io/capability.gpu-plane": true,
+		"": true, cpv1.DefaultCapabilityLabel: true, "namespace.cozystack.io/capability.gpu-plane": true,
 		"namespace.cozystack.io/capability.": false, "example.com/capability.computeplane": false, "computeplane": false,
 	} {
 		if err := controllers.CheckCapabilityLabel(key); (err == nil) != ok {

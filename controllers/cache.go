@@ -197,8 +197,8 @@ func placementRelease(obj any) (any, error) {
 	out := &helmv2.HelmRelease{TypeMeta: hr.TypeMeta, Spec: hr.Spec}
 	out.ObjectMeta = identity(hr.ObjectMeta)
 	out.Finalizers, out.CreationTimestamp = hr.Finalizers, hr.CreationTimestamp
-	if v, ok := hr.Annotations[SuspendedAnnotation]; ok {
-		out.Annotations = map[string]string{SuspendedAnnotation: v}
+	if v, ok := hr.Annotations[cpv1.SuspendedAnnotation]; ok {
+		out.Annotations = map[string]string{cpv1.SuspendedAnnotation: v}
 	}
 	out.Spec.Values = nil
 	out.Status.StorageNamespace = hr.Status.StorageNamespace

@@ -55,6 +55,13 @@ func (w *ownWrites) behind(key client.ObjectKey, seen string, now time.Time) boo
 }
 
 // forget drops what is remembered of key (the plane is gone).
+func (w *ownWrites) remembers(key client.ObjectKey) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.written[key]
+	return ok
+}
+
 func (w *ownWrites) forget(key client.ObjectKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

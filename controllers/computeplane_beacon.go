@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,27 +12,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// The discovery beacon. The capabilities design has a provider announce itself on its
-// tenant's namespace with a label consumers read, namespace.cozystack.io/capability.
-// <capability>: <instance>. The operator sets it on the plane's own namespace while the
-// plane is Ready, and takes it away when the gate closes or the plane goes. It is never
-// set on any other namespace (a child tenant's included): a release must never find its
-// way to another tenant's plane.
-const (
-	// CapabilityLabelPrefix is the only kind of label the operator may change on a
-	// namespace it did not create (config/policies/namespace_guard.yaml).
-	CapabilityLabelPrefix = "namespace.cozystack.io/capability."
-	// DefaultCapabilityLabel is the beacon's key unless --capability-label says another.
-	DefaultCapabilityLabel = CapabilityLabelPrefix + "computeplane"
-)
-
 // CheckCapabilityLabel refuses a beacon key the shipped namespace guard would not let
 // the operator set.
 func CheckCapabilityLabel(key string) error {
-	if key == "" || strings.HasPrefix(key, CapabilityLabelPrefix) && len(key) > len(CapabilityLabelPrefix) {
+	if key == "" || strings.HasPrefix(key, cpv1.CapabilityLabelPrefix) && len(key) > len(cpv1.CapabilityLabelPrefix) {
 		return nil
 	}
-	return fmt.Errorf("the capability label %q must start with %q (the only labels the operator may set on a namespace it did not create), or be empty to announce nothing", key, CapabilityLabelPrefix)
+	return fmt.Errorf("the capability label %q must start with %q (the only labels the operator may set on a namespace it did not create), or be empty to announce nothing", key, cpv1.CapabilityLabelPrefix)
 }
 
 // signalCapability labels the namespace key=plane while ready, and removes the label

@@ -205,11 +205,7 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err := r.Get(ctx, req.NamespacedName, plane); err != nil {
 		if apierrors.IsNotFound(err) {
 			// Gone, with or without its teardown: stop talking to it.
-			r.Planes.Remove(req.NamespacedName)
-			r.credentials.Forget(req.NamespacedName)
-			r.recordTeardownProgress(req.NamespacedName, -1)
-			r.writes.forget(req.NamespacedName)
-			r.applierMem.forget(req.NamespacedName)
+			r.forgetPlane(req.NamespacedName)
 			// Gone without its teardown (which takes the beacon away first), say.
 			return ctrl.Result{}, r.signalCapability(ctx, req.Namespace, req.Name, false)
 		}
@@ -218,10 +214,7 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if !r.Shard.Holds(plane) {
 		// Another shard's (a plane moved away, or an event about another shard's plane):
 		// let go of its connection and watches; the other manager takes it from here.
-		r.Planes.Remove(req.NamespacedName)
-		r.credentials.Forget(req.NamespacedName)
-		r.writes.forget(req.NamespacedName)
-		r.applierMem.forget(req.NamespacedName)
+		r.forgetPlane(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	if r.writes.behind(req.NamespacedName, plane.ResourceVersion, time.Now()) {

@@ -18,9 +18,6 @@ import (
 
 // +kubebuilder:rbac:groups=cilium.io,resources=ciliumnetworkpolicies,verbs=get;list;watch;create;patch;delete
 
-// PolicyRoleLabel tells the operator's CiliumNetworkPolicies apart by what they do.
-const PolicyRoleLabel = "computeplane.cozystack.io/policy"
-
 // reconcileEgress applies the plane's egress baseline and its infrastructure
 // namespace's default deny, and reads both back; their specs must be exactly as
 // generated (an added selector expression or a disabled default deny is a change). A
@@ -109,7 +106,7 @@ func baselinePolicy(s *scope, ns string) *ciliumv2.CiliumNetworkPolicy {
 		ControlPlane: render.ClusterName(p),
 		Internet:     s.class.Spec.Egress.Internet == cpv1.InternetAllow,
 		DeniedCIDRs:  s.class.Spec.Egress.DeniedCIDRs,
-		Labels:       withLabel(render.PlaneLabels(p), PolicyRoleLabel, "egress-baseline"),
+		Labels:       withLabel(render.PlaneLabels(p), cpv1.PolicyRoleLabel, "egress-baseline"),
 	})
 }
 
@@ -118,7 +115,7 @@ func baselinePolicy(s *scope, ns string) *ciliumv2.CiliumNetworkPolicy {
 func defaultDenyPolicy(s *scope, ns string) *ciliumv2.CiliumNetworkPolicy {
 	return netpol.DefaultDeny(ns, map[string]string{
 		render.ManagedByLabel: render.ManagedByValue,
-		PolicyRoleLabel:       "default-deny",
+		cpv1.PolicyRoleLabel:  "default-deny",
 	})
 }
 

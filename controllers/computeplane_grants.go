@@ -44,7 +44,7 @@ func (r *ComputePlaneReconciler) reconcileGrants(ctx context.Context, s *scope) 
 	ns := p.Status.InfrastructureNamespace
 	want := netpol.GrantsPolicy(netpol.Grants{
 		Name: name, Namespace: ns, VMSelector: render.PlaneSelector(p), Grants: grants,
-		Labels: withLabel(render.PlaneLabels(p), PolicyRoleLabel, "grants"),
+		Labels: withLabel(render.PlaneLabels(p), cpv1.PolicyRoleLabel, "grants"),
 	})
 	summary := grantSummary(statuses)
 	if want == nil {
@@ -239,6 +239,19 @@ func (r *ComputePlaneReconciler) grantsApplied(key client.ObjectKey, hash string
 		r.grantsMem.hashes = map[client.ObjectKey]string{}
 	}
 	r.grantsMem.hashes[key] = hash
+}
+
+func (m *grantsMemory) forget(key client.ObjectKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.hashes, key)
+}
+
+func (m *grantsMemory) remembers(key client.ObjectKey) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.hashes[key]
+	return ok
 }
 
 func (r *ComputePlaneReconciler) lastGrantsApplied(key client.ObjectKey) string {

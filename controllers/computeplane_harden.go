@@ -128,7 +128,7 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		pending, err := remote.Unenforced(ctx, canary, posture.Labels)
+		pending, err := posture.Unenforced(ctx, canary)
 		if err != nil {
 			return ctrl.Result{}, err
 		}

@@ -20,12 +20,7 @@ import (
 	"github.com/cozystack/computeplane/remote"
 )
 
-// Annotations on the applier kubeconfig Secret.
 const (
-	// TokenExpiresAtAnnotation is when the token in the Secret expires (RFC 3339).
-	TokenExpiresAtAnnotation = "computeplane.cozystack.io/token-expires-at"
-	// ApplierUIDAnnotation is the UID of the applier ServiceAccount the token is bound to.
-	ApplierUIDAnnotation = "computeplane.cozystack.io/applier-uid"
 	// ApplierKubeconfigKey is the Secret key Flux reads by default.
 	ApplierKubeconfigKey = "value"
 	// IdentitiesFailedReason: the identities could not be applied or verified.
@@ -220,8 +215,8 @@ func (r *ComputePlaneReconciler) inspectApplierSecret(ctx context.Context, s *sc
 		}
 		r.applierMem.remember(key, secret, s.admin.Hash)
 	}
-	expires, perr := time.Parse(time.RFC3339, secret.Annotations[TokenExpiresAtAnnotation])
-	found.due = perr != nil || secret.Annotations[ApplierUIDAnnotation] != string(sa.UID) || time.Until(expires) <= r.TokenLifetime/3
+	expires, perr := time.Parse(time.RFC3339, secret.Annotations[cpv1.TokenExpiresAtAnnotation])
+	found.due = perr != nil || secret.Annotations[cpv1.ApplierUIDAnnotation] != string(sa.UID) || time.Until(expires) <= r.TokenLifetime/3
 	found.expires = expires
 	return found, nil
 }
@@ -284,8 +279,8 @@ func (r *ComputePlaneReconciler) writeApplierSecret(ctx context.Context, s *scop
 	}
 	secret.Labels = applierLabels(p)
 	secret.Annotations = map[string]string{
-		TokenExpiresAtAnnotation: token.ExpiresAt.UTC().Format(time.RFC3339),
-		ApplierUIDAnnotation:     token.ServiceAccountUID,
+		cpv1.TokenExpiresAtAnnotation: token.ExpiresAt.UTC().Format(time.RFC3339),
+		cpv1.ApplierUIDAnnotation:     token.ServiceAccountUID,
 	}
 	secret.Type = corev1.SecretTypeOpaque
 	secret.Data = map[string][]byte{ApplierKubeconfigKey: kubeconfig}

@@ -407,7 +407,7 @@ func nodeGroupSummary(mds []clusterv1.MachineDeployment) string {
 		if lo, hi := md.Annotations[render.AutoscalerMinAnnotation], md.Annotations[render.AutoscalerMaxAnnotation]; hi != "" {
 			size = "autoscaled " + lo + "-" + hi
 		}
-		parts = append(parts, fmt.Sprintf("%s %d available (%s)", md.Labels[render.NodeGroupLabel], available, size))
+		parts = append(parts, fmt.Sprintf("%s %d available (%s)", md.Labels[cpv1.NodeGroupLabel], available, size))
 	}
 	return "node groups: " + strings.Join(parts, ", ")
 }

@@ -372,7 +372,7 @@ func (r *ComputePlaneReconciler) hardeningHolds(ctx context.Context, s *scope, p
 	if err != nil {
 		return "", err
 	}
-	pending, err := remote.Unenforced(ctx, canary, posture.Labels)
+	pending, err := posture.Unenforced(ctx, canary)
 	if err != nil {
 		return "", err
 	}

@@ -33,3 +33,8 @@ var LeftoverKinds = leftoverKinds
 func ListOwnedForTest(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, ns string) ([]client.Object, error) {
 	return listOwned(ctx, c, gvk, ns, nil)
 }
+
+// RemembersForTest names the reconciler's memos that still hold something of the plane.
+func RemembersForTest(r *ComputePlaneReconciler, key client.ObjectKey) []string {
+	return r.remembers(key)
+}

@@ -465,7 +465,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		// expiry forward in time instead of waiting), without the Secret going away.
 		oldToken, oldUID := string(applierSecret.Data["value"]), applierSecret.UID
 		patchSecret := client.MergeFrom(applierSecret.DeepCopy())
-		applierSecret.Annotations[controllers.TokenExpiresAtAnnotation] = time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+		applierSecret.Annotations[cpv1.TokenExpiresAtAnnotation] = time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
 		if err := k8s.Patch(ctx, applierSecret, patchSecret); err != nil {
 			t.Fatal(err)
 		}
@@ -493,7 +493,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		// Deleted with the operator's own credential, it is recreated and the credential
 		// re-issued: at the next full read (no watch sees those kinds; a reconcile request
 		// forces one).
-		oldApplier := applierSecret.Annotations[controllers.ApplierUIDAnnotation]
+		oldApplier := applierSecret.Annotations[cpv1.ApplierUIDAnnotation]
 		if err := operator.Delete(ctx, applier); err != nil {
 			t.Fatal(err)
 		}
@@ -502,7 +502,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 			if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
 				return err
 			}
-			if applierSecret.Annotations[controllers.ApplierUIDAnnotation] == oldApplier {
+			if applierSecret.Annotations[cpv1.ApplierUIDAnnotation] == oldApplier {
 				return errors.New("credential not re-issued for the new ServiceAccount")
 			}
 			return nil

@@ -31,10 +31,6 @@ import (
 // PlacementFieldOwner is the field manager of what the placement controller writes.
 const PlacementFieldOwner = "computeplane-placement"
 
-// SuspendedAnnotation marks a placement release the operator suspended because it does
-// not fit its plane (its value is the reason); the operator resumes only those.
-const SuspendedAnnotation = "computeplane.cozystack.io/suspended"
-
 // Reasons of the events on placement releases.
 const (
 	// PlacementHeldReason: the release waits for its plane to be Ready.
@@ -285,7 +281,7 @@ func (r *PlacementReconciler) deleting(ctx context.Context, hr *helmv2.HelmRelea
 // of it (its credential is the plane's, shared with every release of the namespace), and
 // marks it so; it resumes only a release it suspended itself, once the release fits.
 func (r *PlacementReconciler) suspend(ctx context.Context, hr *helmv2.HelmRelease, suspend bool) error {
-	ours := hr.Annotations[SuspendedAnnotation] != ""
+	ours := hr.Annotations[cpv1.SuspendedAnnotation] != ""
 	if suspend && hr.Spec.Suspend || !suspend && !ours {
 		// Already suspended (by us, or by its owner: then it stays so), or not ours to resume.
 		return nil
@@ -293,9 +289,9 @@ func (r *PlacementReconciler) suspend(ctx context.Context, hr *helmv2.HelmReleas
 	patch := client.MergeFromWithOptions(hr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	hr.Spec.Suspend = suspend
 	if suspend {
-		metav1.SetMetaDataAnnotation(&hr.ObjectMeta, SuspendedAnnotation, PlacementNotRoutedReason)
+		metav1.SetMetaDataAnnotation(&hr.ObjectMeta, cpv1.SuspendedAnnotation, PlacementNotRoutedReason)
 	} else {
-		delete(hr.Annotations, SuspendedAnnotation)
+		delete(hr.Annotations, cpv1.SuspendedAnnotation)
 	}
 	return client.IgnoreNotFound(r.Patch(ctx, hr, patch, client.FieldOwner(PlacementFieldOwner)))
 }

@@ -90,7 +90,7 @@ func TestAttackPlacementNamespaceAdopted(t *testing.T) {
 	if err := tenant.Client.Get(ctx, client.ObjectKeyFromObject(ns), ns); err != nil {
 		t.Fatal(err)
 	}
-	if ns.Labels[remote.PlacementLabel] != "" || ns.Labels[cpv1.PlaneUIDLabel] != "" {
+	if ns.Labels[cpv1.PlacementNamespaceLabel] != "" || ns.Labels[cpv1.PlaneUIDLabel] != "" {
 		t.Errorf("the add-on's namespace was relabelled: %v", ns.Labels)
 	}
 

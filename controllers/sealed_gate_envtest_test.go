@@ -225,8 +225,8 @@ func TestPlacementSourceTakenAwayIsSuspended(t *testing.T) {
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(hr), got); err != nil {
 				return err
 			}
-			if got.Spec.Suspend != want || (got.Annotations[controllers.SuspendedAnnotation] != "") != want {
-				return fmt.Errorf("suspend %v, annotation %q; want suspended %v", got.Spec.Suspend, got.Annotations[controllers.SuspendedAnnotation], want)
+			if got.Spec.Suspend != want || (got.Annotations[cpv1.SuspendedAnnotation] != "") != want {
+				return fmt.Errorf("suspend %v, annotation %q; want suspended %v", got.Spec.Suspend, got.Annotations[cpv1.SuspendedAnnotation], want)
 			}
 			return nil
 		}

@@ -70,7 +70,7 @@ func runSuite(m *testing.M) int {
 			// Long enough that a test relying on a full read instead of the watches fails.
 			PlaneResyncInterval: time.Minute,
 			Webhooks:            true,
-			CapabilityLabel:     controllers.DefaultCapabilityLabel,
+			CapabilityLabel:     cpv1.DefaultCapabilityLabel,
 		},
 		MetricsAddr:  metricsAddr,
 		RecoverPanic: ptr.To(false), // a panicking reconcile fails the run instead of being logged

@@ -61,6 +61,17 @@ func (a *AdminCredentials) Forget(key types.NamespacedName) {
 	delete(a.parsed, key)
 }
 
+// Remembers reports whether a credential of the plane is remembered.
+func (a *AdminCredentials) Remembers(key types.NamespacedName) bool {
+	if a == nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.parsed[key]
+	return ok
+}
+
 // credentialDigest hashes the kubeconfig and the servers, each length-prefixed, so no
 // two different inputs share a digest by where one ends and the next begins.
 func credentialDigest(data []byte, servers []string) [sha256.Size]byte {

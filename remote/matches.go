@@ -1,6 +1,10 @@
 package remote
 
-import "reflect"
+import (
+	"reflect"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+)
 
 // Matches reports whether a live object (as plain JSON values) holds what the operator
 // applies (want, in the same form): every field want sets, with the same value, the
@@ -83,7 +87,7 @@ func metadataMatches(live, want map[string]any) bool {
 	for _, k := range []string{"labels", "annotations"} {
 		w := asMap(want[k])
 		if k == "annotations" {
-			w = without(w, AppliedHashAnnotation)
+			w = without(w, cpv1.AppliedHashAnnotation)
 		}
 		if !Covers(asMap(live[k]), w) {
 			return false

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -46,10 +47,10 @@ func TestMatches(t *testing.T) {
 
 	// The applied-hash record is not content; owner references are, by UID.
 	w := obj(nil, nil)
-	w["metadata"].(map[string]any)["annotations"] = map[string]any{AppliedHashAnnotation: "h1"}
+	w["metadata"].(map[string]any)["annotations"] = map[string]any{cpv1.AppliedHashAnnotation: "h1"}
 	w["metadata"].(map[string]any)["ownerReferences"] = []any{map[string]any{"uid": "u1", "kind": "ComputePlane"}}
 	l := obj(nil, nil)
-	l["metadata"].(map[string]any)["annotations"] = map[string]any{AppliedHashAnnotation: "h0"}
+	l["metadata"].(map[string]any)["annotations"] = map[string]any{cpv1.AppliedHashAnnotation: "h0"}
 	l["metadata"].(map[string]any)["ownerReferences"] = []any{map[string]any{"uid": "u0"}, map[string]any{"uid": "u1", "kind": "ComputePlane", "controller": true}}
 	if !Matches(l, w) {
 		t.Error("an older applied-hash or an extra owner reference made the object differ")

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,13 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
-
-// AppliedHashAnnotation records the hash of what the operator last applied to an
-// object. It decides nothing: the live content does. It tells an update the operator
-// made (the hash differs: the wanted content changed) from a repair (the hash is the one
-// the operator wrote, yet the content differs: someone changed the object and kept the
-// annotation, as `kubectl edit` does).
-const AppliedHashAnnotation = "computeplane.cozystack.io/applied-hash"
 
 // ApplyResult says what Apply did.
 type ApplyResult int
@@ -77,7 +71,7 @@ func (m *Comparisons) Apply(ctx context.Context, c client.Client, obj client.Obj
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	annotations[AppliedHashAnnotation] = hash
+	annotations[cpv1.AppliedHashAnnotation] = hash
 	u.SetAnnotations(annotations)
 	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 		return Unchanged, fmt.Errorf("applying %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
@@ -85,7 +79,7 @@ func (m *Comparisons) Apply(ctx context.Context, c client.Client, obj client.Obj
 	switch {
 	case live == nil:
 		return Created, nil
-	case live.GetAnnotations()[AppliedHashAnnotation] == hash:
+	case live.GetAnnotations()[cpv1.AppliedHashAnnotation] == hash:
 		return Restored, nil
 	default:
 		return Updated, nil

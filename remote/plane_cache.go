@@ -373,6 +373,17 @@ func (c *ClusterCache) Known(key types.NamespacedName) bool {
 	return c.entries[key] != nil
 }
 
+// Remembers reports whether the cache holds anything of the plane: a connection,
+// verified stages or a drift series.
+func (c *ClusterCache) Remembers(key types.NamespacedName) bool {
+	c.init()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, v := c.verified[key]
+	_, d := c.drifts[key]
+	return c.entries[key] != nil || v || d
+}
+
 // Connection is what the cache knows of one plane's API server.
 type Connection struct {
 	Key types.NamespacedName

@@ -54,7 +54,7 @@ func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 	// The canary the operator uses before it opens the gate sees every policy in force.
 	canary, _ := as(remote.CanaryUser)
 	deadline := time.Now().Add(20 * time.Second)
-	for pending, err := remote.Unenforced(ctx, canary, posture.Labels); err != nil || len(pending) > 0; pending, err = remote.Unenforced(ctx, canary, posture.Labels) {
+	for pending, err := posture.Unenforced(ctx, canary); err != nil || len(pending) > 0; pending, err = posture.Unenforced(ctx, canary) {
 		if time.Now().After(deadline) {
 			t.Fatalf("policies still not in force: %v (err=%v)", pending, err)
 		}

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"fmt"
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"sort"
 	"strings"
 
@@ -21,10 +22,6 @@ const (
 	PSAWarn           = "pod-security.kubernetes.io/warn"
 	PSAWarnVersion    = "pod-security.kubernetes.io/warn-version"
 
-	// PlacementLabel marks the namespaces the operator pre-created for placement.
-	PlacementLabel = "computeplane.cozystack.io/placement"
-	// ReasonAnnotation documents why a policy exists, on the policy itself.
-	ReasonAnnotation = "computeplane.cozystack.io/reason"
 	// policyPrefix names every admission policy and binding the operator owns.
 	policyPrefix = "computeplane-"
 )
@@ -130,7 +127,7 @@ func (p Posture) PlacementObjects() []client.Object {
 		out = append(out, canary)
 	}
 	for _, name := range names {
-		extra := map[string]string{PlacementLabel: "true"}
+		extra := map[string]string{cpv1.PlacementNamespaceLabel: "true"}
 		for k, v := range p.Labels {
 			extra[k] = v
 		}
@@ -187,6 +184,7 @@ func (p Posture) policies() []policy {
 	return []policy{
 		{
 			name:   "pod-security-labels",
+			canary: canaryPSANamespace,
 			reason: "Only the operator may set or change a namespace's Pod Security enforcement: relabelling a namespace privileged would undo the plane's hardening.",
 			rules:  rules([]string{""}, []string{"namespaces"}, admissionv1.Create, admissionv1.Update),
 			match:  []admissionv1.MatchCondition{notOperator},
@@ -203,6 +201,7 @@ func (p Posture) policies() []policy {
 		},
 		{
 			name:   "pod-hardening",
+			canary: canaryHostNetworkPod, alsoEnforcedBy: "violates PodSecurity",
 			reason: "Host namespaces, host ports, hostPath volumes, privileged containers and added capabilities break the isolation untrusted code runs under; they are refused even in a namespace that lost its Pod Security label by mistake, and in ephemeral (debug) containers too.",
 			rules:  rules([]string{""}, []string{"pods", "pods/ephemeralcontainers"}, admissionv1.Create, admissionv1.Update),
 			ns:     notExempt,
@@ -221,6 +220,7 @@ func (p Posture) policies() []policy {
 		},
 		{
 			name:   "service-exposure",
+			canary: canaryNodePortService,
 			reason: "NodePort and LoadBalancer Services would expose tenant workloads outside the plane, and externalIPs let a Service capture traffic meant for any address (CVE-2020-8554); only the operator's add-ons may use them.",
 			rules:  rules([]string{""}, []string{"services"}, admissionv1.Create, admissionv1.Update),
 			match:  []admissionv1.MatchCondition{notOperator},
@@ -236,7 +236,8 @@ func (p Posture) policies() []policy {
 			},
 		},
 		{
-			name: "admission-guard",
+			name:   "admission-guard",
+			canary: canaryWebhook,
 			// Kubernetes never runs admission policies on admission policies and their
 			// bindings (validating or mutating), so nothing can lock the cluster out; a
 			// change to those is caught as drift instead, and a mutating policy the
@@ -254,6 +255,7 @@ func (p Posture) policies() []policy {
 		},
 		{
 			name:   "crd-conversion-webhooks",
+			canary: canaryConversionCRD,
 			reason: "A conversion webhook receives (and may rewrite) every object of its CustomResourceDefinition; only the operator may configure one.",
 			rules:  rules([]string{"apiextensions.k8s.io"}, []string{"customresourcedefinitions"}, admissionv1.Create, admissionv1.Update),
 			match:  []admissionv1.MatchCondition{notOperator},
@@ -264,6 +266,7 @@ func (p Posture) policies() []policy {
 		},
 		{
 			name:   "service-account-tokens",
+			canary: canaryTokenSecret,
 			reason: "A kubernetes.io/service-account-token Secret holds a token that never expires and survives revocation of the short-lived credentials; the plane's workloads get projected, expiring tokens instead.",
 			rules:  rules([]string{""}, []string{"secrets"}, admissionv1.Create, admissionv1.Update),
 			match:  []admissionv1.MatchCondition{notOperator},
@@ -273,7 +276,8 @@ func (p Posture) policies() []policy {
 			}},
 		},
 		{
-			name: "operator-objects",
+			name:   "operator-objects",
+			canary: canaryForgedServiceAccount,
 			// With this in force, only an identity the operator trusts can change what the
 			// operator created in the plane's namespaces, so those kinds need no watch of
 			// their own: the policy and its binding are watched, and a full read every
@@ -294,6 +298,7 @@ func (p Posture) policies() []policy {
 		},
 		{
 			name:   "rolebinding-subjects",
+			canary: canaryUnauthenticatedBinding,
 			reason: "A deployer may grant what it holds to the ServiceAccounts of its own namespace (a chart's workloads), never to users, groups (system:unauthenticated, system:serviceaccounts) or ServiceAccounts of other namespaces.",
 			rules:  rules([]string{"rbac.authorization.k8s.io"}, []string{"rolebindings"}, admissionv1.Create, admissionv1.Update),
 			match:  []admissionv1.MatchCondition{notOperator},
@@ -307,6 +312,7 @@ func (p Posture) policies() []policy {
 			// controller's ServiceAccount lives in an exempt namespace), and neither the
 			// operator nor an add-on ever needs a pod or a token of the deployer.
 			name:   "deployer-credentials",
+			canary: canaryDeployerPod,
 			reason: "Flux impersonates the deployer only while the plane's gate is open; a pod running as the deployer (with its token mounted) or a non-expiring token Secret minted for it would keep applying with the deployer's rights after the gate closes. Refused to everyone, the operator included, in every namespace.",
 			rules: append(rules([]string{""}, []string{"pods"}, admissionv1.Create),
 				rules([]string{""}, []string{"secrets"}, admissionv1.Create, admissionv1.Update)...),
@@ -352,7 +358,7 @@ var namespaceDeleters = []string{
 func (p Posture) ownedSelector() *metav1.LabelSelector {
 	if len(p.Labels) == 0 {
 		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-			Key: "computeplane.cozystack.io/unlabelled-posture", Operator: metav1.LabelSelectorOpExists}}}
+			Key: cpv1.UnlabelledPostureLabel, Operator: metav1.LabelSelectorOpExists}}}
 	}
 	return &metav1.LabelSelector{MatchLabels: p.Labels}
 }
@@ -365,6 +371,12 @@ type policy struct {
 	selector    *metav1.LabelSelector
 	match       []admissionv1.MatchCondition
 	validations []admissionv1.Validation
+	// canary is the proof that the policy is in force: a dry-run request it must refuse
+	// (see Unenforced), given the plane's labels.
+	canary func(labels map[string]string) client.Object
+	// alsoEnforcedBy is a refusal by another admission layer that proves the same thing
+	// (Pod Security runs before the policies and refuses the pod canary first).
+	alsoEnforcedBy string
 }
 
 func (pol policy) objects(labels map[string]string) []client.Object {
@@ -372,7 +384,7 @@ func (pol policy) objects(labels map[string]string) []client.Object {
 	vap := &admissionv1.ValidatingAdmissionPolicy{}
 	vap.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"))
 	vap.Name, vap.Labels = name, labels
-	vap.Annotations = map[string]string{ReasonAnnotation: pol.reason}
+	vap.Annotations = map[string]string{cpv1.ReasonAnnotation: pol.reason}
 	// Every default the server fills in is spelled out, so a read-back can compare the
 	// whole spec: an added exclusion, object selector or match policy is drift.
 	ns, objects := pol.ns, pol.selector

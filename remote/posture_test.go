@@ -1,6 +1,7 @@
 package remote
 
 import (
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"strings"
 	"testing"
 
@@ -46,7 +47,7 @@ func TestPlacementObjects(t *testing.T) {
 		}
 	}
 	ns := objs[3].(*corev1.Namespace)
-	if ns.Labels[PlacementLabel] != "true" || ns.Labels["computeplane.cozystack.io/name"] != "p" || ns.Labels[PSAEnforce] != "restricted" {
+	if ns.Labels[cpv1.PlacementNamespaceLabel] != "true" || ns.Labels["computeplane.cozystack.io/name"] != "p" || ns.Labels[PSAEnforce] != "restricted" {
 		t.Errorf("placement namespace labels = %v", ns.Labels)
 	}
 }
@@ -62,7 +63,7 @@ func TestPolicies(t *testing.T) {
 		if vap.Name != name || b.Name != name || b.Spec.PolicyName != name {
 			t.Errorf("policy %d: %s / binding %s -> %s", i, vap.Name, b.Name, b.Spec.PolicyName)
 		}
-		if vap.Annotations[ReasonAnnotation] == "" {
+		if vap.Annotations[cpv1.ReasonAnnotation] == "" {
 			t.Errorf("%s has no documented reason", name)
 		}
 		if len(b.Spec.ValidationActions) != 1 || b.Spec.ValidationActions[0] != admissionv1.Deny {
@@ -128,24 +129,19 @@ func TestNamesNotDeployer(t *testing.T) {
 	}
 }
 
-// TestCanaryProbesCoverEveryPolicy: the gate opens only once each policy refused its
-// canary's request, so every policy has exactly one probe, and every probe a policy.
-func TestCanaryProbesCoverEveryPolicy(t *testing.T) {
-	probes := map[string]int{}
-	for _, p := range canaryProbes(map[string]string{"computeplane.cozystack.io/name": "p"}) {
-		probes[policyPrefix+p.policy]++
-		if p.obj.GetName() == "" {
-			t.Errorf("the %s probe has no name", p.policy)
+// TestEveryPolicyHasItsCanary: the gate opens only once each policy refused its
+// canary's request, so every policy carries one, with a name.
+func TestEveryPolicyHasItsCanary(t *testing.T) {
+	labels := map[string]string{"computeplane.cozystack.io/name": "p"}
+	for _, pol := range (Posture{Labels: labels}).policies() {
+		if pol.canary == nil {
+			t.Errorf("policy %s has no canary: the gate would open without proof it is in force", pol.name)
+			continue
 		}
-	}
-	for _, name := range PolicyNames() {
-		if probes[name] != 1 {
-			t.Errorf("%s has %d canary probes, want 1", name, probes[name])
+		obj := pol.canary(labels)
+		if obj.GetName() == "" {
+			t.Errorf("the canary of %s has no name", pol.name)
 		}
-		delete(probes, name)
-	}
-	for name := range probes {
-		t.Errorf("a canary probe names %s, which is no policy", name)
 	}
 }
 

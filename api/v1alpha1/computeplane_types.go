@@ -6,56 +6,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// ComputePlaneFinalizer holds a ComputePlane until its teardown has run in order.
-const ComputePlaneFinalizer = "computeplane.cozystack.io/finalizer"
-
-// AbandonAnnotation, set on a ComputePlane being deleted (its value says why), lets the
-// teardown go past a stage whose cleanup it cannot confirm (the plane's API is gone, an
-// uninstall keeps failing, Cluster API is stuck), abandoning what that stage would have
-// removed; an event names what. Only someone allowed to update the pseudo-subresource
-// computeplanes/abandon may set or change it (a platform operator, never a tenant):
-// config/policies enforces that at admission.
-const AbandonAnnotation = "computeplane.cozystack.io/abandon"
-
-// UninstallAnnotation, set on a ComputePlane (its value says why), lets it be deleted
-// while placement releases still run in it: its teardown then deletes them and has Flux
-// uninstall each from the plane. Without it a delete is refused at admission, naming the
-// releases, and a delete that gets past admission holds the plane (Reconciling=Protected)
-// without uninstalling anything until the releases are gone. Only someone allowed to
-// update the pseudo-subresource computeplanes/uninstall may set or change it (the plane's
-// owner, computeplane-owner; never the tenant-edit role): config/policies enforces it.
-const UninstallAnnotation = "computeplane.cozystack.io/uninstall-releases"
-
-// Placement releases: Flux HelmReleases in a tenant namespace, applied into that
-// namespace's ComputePlane and nowhere else.
-const (
-	// PlacementLabel, set to PlacementLabelValue on a helm.toolkit.fluxcd.io/v2
-	// HelmRelease, makes it a placement release: admission routes it into the
-	// ComputePlane of its namespace (applier kubeconfig, deployer, a placement
-	// namespace) and refuses anything else. Nothing without the label is touched.
-	PlacementLabel = "computeplane.cozystack.io/placement"
-	// PlacementLabelValue is PlacementLabel's value on a placement release.
-	PlacementLabelValue = "ComputePlane"
-	// PlacementFinalizer holds a deleted placement release until Flux has uninstalled it
-	// from the plane: Flux deletes a release without uninstalling when its kubeConfig
-	// Secret is missing (the gate is closed) or it is suspended.
-	PlacementFinalizer = "computeplane.cozystack.io/placement"
-)
-
-// Labels the operator sets on everything it creates for a plane, so that objects outside
-// the plane's namespace (where owner references cannot point) still lead back to it.
-const (
-	// PlaneNameLabel names the owning ComputePlane.
-	PlaneNameLabel = "computeplane.cozystack.io/name"
-	// PlaneNamespaceLabel names the owning ComputePlane's namespace.
-	PlaneNamespaceLabel = "computeplane.cozystack.io/namespace"
-	// PlaneUIDLabel carries the owning ComputePlane's UID. Names can be reused (a plane
-	// deleted and created again, two classes with overlapping prefixes); the UID cannot,
-	// so it is what marks an object, and above all an infrastructure namespace, as this
-	// plane's own.
-	PlaneUIDLabel = "computeplane.cozystack.io/uid"
-)
-
 // ComputePlaneSpec holds only the knobs a tenant may turn. Everything that decides the
 // plane's security posture comes from its class and cannot be set here.
 type ComputePlaneSpec struct {
@@ -193,11 +143,6 @@ type ServicePort struct {
 	// +kubebuilder:validation:Enum=TCP;UDP;SCTP
 	Protocol string `json:"protocol"`
 }
-
-// ServiceAccessLabel, set on a Service to the name of its namespace's ComputePlane, is
-// the Service owner's half of a grant: the plane's VMs may then reach it on the ports
-// the plane asks for in spec.serviceAccess. Removing it revokes the grant.
-const ServiceAccessLabel = "computeplane.cozystack.io/plane-access"
 
 // GrantState is where one requested Service access stands.
 // +kubebuilder:validation:Enum=Granted;Pending;Refused

@@ -190,7 +190,7 @@ func run(ctx context.Context, stay, verbose bool) error {
 	}
 
 	step("The Ready plane announces itself on its namespace (the capabilities design's discovery beacon; gone when the gate closes)")
-	if err := kubectl("get", "namespace", "tenant-demo", "-L", controllers.DefaultCapabilityLabel); err != nil {
+	if err := kubectl("get", "namespace", "tenant-demo", "-L", cpv1.DefaultCapabilityLabel); err != nil {
 		return err
 	}
 	if err := beaconIs(ctx, mgmt.Client, "tenant-demo", "demo"); err != nil {
@@ -349,13 +349,13 @@ func beaconIs(ctx context.Context, c client.Client, namespace, want string) erro
 		if err := c.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
 			return false, err
 		}
-		got = ns.Labels[controllers.DefaultCapabilityLabel]
+		got = ns.Labels[cpv1.DefaultCapabilityLabel]
 		return got == want, nil
 	})
 	if err != nil {
-		return fmt.Errorf("namespace %s: %s=%q, want %q: %w", namespace, controllers.DefaultCapabilityLabel, got, want, err)
+		return fmt.Errorf("namespace %s: %s=%q, want %q: %w", namespace, cpv1.DefaultCapabilityLabel, got, want, err)
 	}
-	fmt.Printf("    %s: %s=%q, as it must be\n", namespace, controllers.DefaultCapabilityLabel, got)
+	fmt.Printf("    %s: %s=%q, as it must be\n", namespace, cpv1.DefaultCapabilityLabel, got)
 	return nil
 }
 

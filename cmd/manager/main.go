@@ -3,6 +3,7 @@ package main
 
 import (
 	"flag"
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"log/slog"
 	"math"
 	"os"
@@ -73,8 +74,8 @@ func main() {
 	flag.DurationVar(&tokenLifetime, "applier-token-lifetime", time.Hour, "Lifetime of the applier kubeconfig tokens (renewed after two thirds; at least 10m).")
 	flag.BoolVar(&reconcileRequests, "reconcile-requests", true,
 		"Reconcile when the reconcile.fluxcd.io/requestedAt annotation changes, and echo it in status.lastHandledReconcileAt.")
-	flag.StringVar(&capabilityLabel, "capability-label", controllers.DefaultCapabilityLabel,
-		"Label the operator sets on a Ready plane's namespace, naming the plane, and removes when its gate closes (the capabilities design's discovery beacon); it must start with "+controllers.CapabilityLabelPrefix+", empty sets none.")
+	flag.StringVar(&capabilityLabel, "capability-label", cpv1.DefaultCapabilityLabel,
+		"Label the operator sets on a Ready plane's namespace, naming the plane, and removes when its gate closes (the capabilities design's discovery beacon); it must start with "+cpv1.CapabilityLabelPrefix+", empty sets none.")
 	flag.BoolVar(&webhooks, "enable-webhooks", true, "Serve the admission webhooks (needs a serving certificate).")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port of the admission webhook server.")
 	flag.StringVar(&certDir, "webhook-cert-dir", "", "Directory with tls.crt and tls.key for the webhook server; empty means the default.")

@@ -10,9 +10,6 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
 
-// AddonRoleLabel tells an add-on release's role (CNI, Ingress, ...).
-const AddonRoleLabel = "computeplane.cozystack.io/addon-role"
-
 // Addons renders the class's system add-ons as Flux HelmReleases next to the plane's
 // infrastructure. They are the one legitimate user of the admin kubeconfig: they live in
 // the infrastructure namespace, which the tenant cannot read or edit.
@@ -23,7 +20,7 @@ func Addons(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) []*helmv2.H
 		hr.SetGroupVersionKind(helmv2.GroupVersion.WithKind(helmv2.HelmReleaseKind))
 		hr.Namespace = InfrastructureNamespace(plane, class)
 		hr.Name = fitName(ClusterName(plane)+"-"+a.Name, 53) // Helm caps release names at 53
-		hr.Labels = merge(PlaneLabels(plane), map[string]string{AddonRoleLabel: string(a.Role)})
+		hr.Labels = merge(PlaneLabels(plane), map[string]string{cpv1.AddonRoleLabel: string(a.Role)})
 		hr.Spec = helmv2.HelmReleaseSpec{
 			Interval:         metav1.Duration{Duration: 10 * time.Minute},
 			ChartRef:         &helmv2.CrossNamespaceSourceReference{Kind: a.ChartRef.Kind, Name: a.ChartRef.Name, Namespace: a.ChartRef.Namespace},

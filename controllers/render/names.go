@@ -14,8 +14,6 @@ import (
 
 // Label keys the operator sets beside the plane labels of the API package.
 const (
-	// NodeGroupLabel names a node group on its MachineDeployment, templates and VMs.
-	NodeGroupLabel = "computeplane.cozystack.io/node-group"
 	// ManagedByLabel marks objects the operator created.
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	// ManagedByValue is ManagedByLabel's value.

@@ -52,7 +52,7 @@ func nodeGroup(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, version,
 	ns := InfrastructureNamespace(plane, class)
 	cluster := ClusterName(plane)
 	mdName := MachineDeploymentName(plane, name)
-	groupLabels := merge(PlaneLabels(plane), map[string]string{ClusterNameLabel: cluster, NodeGroupLabel: name})
+	groupLabels := merge(PlaneLabels(plane), map[string]string{ClusterNameLabel: cluster, cpv1.NodeGroupLabel: name})
 
 	vm, err := VirtualMachineSpec(plane, class, version, name, g)
 	if err != nil {
@@ -94,7 +94,7 @@ func nodeGroup(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, version,
 	md.Name = mdName
 	md.Labels = groupLabels
 	md.Spec.ClusterName = cluster
-	md.Spec.Selector.MatchLabels = map[string]string{ClusterNameLabel: cluster, NodeGroupLabel: name}
+	md.Spec.Selector.MatchLabels = map[string]string{ClusterNameLabel: cluster, cpv1.NodeGroupLabel: name}
 	md.Spec.Template.ObjectMeta.Labels = merge(groupLabels, roleLabels(g.Roles))
 	md.Spec.Template.Spec.ClusterName = cluster
 	md.Spec.Template.Spec.Version = version
@@ -160,7 +160,7 @@ func VirtualMachineSpec(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass,
 			},
 		}},
 		Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-			ObjectMeta: metaLabels(merge(PlaneLabels(plane), map[string]string{NodeGroupLabel: name})),
+			ObjectMeta: metaLabels(merge(PlaneLabels(plane), map[string]string{cpv1.NodeGroupLabel: name})),
 			Spec: kubevirtv1.VirtualMachineInstanceSpec{
 				Domain:   domain,
 				Networks: []kubevirtv1.Network{{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
@@ -202,7 +202,7 @@ func wholeCores(q resource.Quantity) (uint32, error) {
 // Node (node-role.kubernetes.io among the refused), so roles go through Cluster API
 // instead (roleLabels).
 func nodeLabels(group string) string {
-	return NodeGroupLabel + "=" + group
+	return cpv1.NodeGroupLabel + "=" + group
 }
 
 // NodeRoleLabelPrefix is the domain of the role labels; Cluster API syncs every label

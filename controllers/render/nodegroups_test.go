@@ -100,7 +100,7 @@ func TestNodeGroupLabelsTheKubeletAccepts(t *testing.T) {
 						t.Errorf("--node-labels holds %q, which the kubelet refuses", key)
 					}
 				}
-				if *arg.Value != NodeGroupLabel+"=w" {
+				if *arg.Value != cpv1.NodeGroupLabel+"=w" {
 					t.Errorf("--node-labels = %q, want the node group only", *arg.Value)
 				}
 			}

@@ -288,7 +288,7 @@ func TestAddonsUseTheAdminKubeconfigOnlyInTheInfrastructureNamespace(t *testing.
 	if ref := hr.Spec.KubeConfig.SecretRef; ref.Name != "plane-admin-kubeconfig" || ref.Key != "super-admin.svc" {
 		t.Errorf("kubeConfig = %+v", ref)
 	}
-	if hr.Spec.TargetNamespace != "kube-system" || hr.Spec.ChartRef.Name != "cilium" || hr.Labels[AddonRoleLabel] != "CNI" {
+	if hr.Spec.TargetNamespace != "kube-system" || hr.Spec.ChartRef.Name != "cilium" || hr.Labels[cpv1.AddonRoleLabel] != "CNI" {
 		t.Errorf("release = %+v", hr.Spec)
 	}
 }

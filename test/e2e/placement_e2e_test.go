@@ -479,7 +479,7 @@ func TestCredentialRotationMidInstall(t *testing.T) {
 	// The token is near its end: the operator replaces it now (as it would after two
 	// thirds of its lifetime).
 	patch := client.MergeFrom(secret.DeepCopy())
-	secret.Annotations[controllers.TokenExpiresAtAnnotation] = time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+	secret.Annotations[cpv1.TokenExpiresAtAnnotation] = time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
 	if err := k8s.Patch(ctx, secret, patch); err != nil {
 		t.Fatal(err)
 	}

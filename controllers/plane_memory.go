@@ -1,0 +1,40 @@
+package controllers
+
+import (
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// forgetPlane drops everything this process remembers of a plane: its connection,
+// watches, verified stages and drift series (the plane cache), its parsed admin
+// credential, teardown progress, own status writes, applier Secret digest and grant
+// policy hash. It is the one call for every path on which a plane leaves this manager
+// (gone, or moved to another shard); a memo added to the reconciler is added here and
+// to remembers, and TestDeletedPlaneLeavesNothingBehind checks both.
+func (r *ComputePlaneReconciler) forgetPlane(key client.ObjectKey) {
+	r.Planes.Remove(key)
+	r.credentials.Forget(key)
+	r.recordTeardownProgress(key, -1)
+	r.writes.forget(key)
+	r.applierMem.forget(key)
+	r.grantsMem.forget(key)
+}
+
+// remembers names the memos that still hold something of the plane.
+func (r *ComputePlaneReconciler) remembers(key client.ObjectKey) []string {
+	var out []string
+	add := func(name string, held bool) {
+		if held {
+			out = append(out, name)
+		}
+	}
+	add("plane cache", r.Planes.Remembers(key))
+	add("admin credential", r.credentials.Remembers(key))
+	r.progressMu.Lock()
+	_, ok := r.progress[key]
+	r.progressMu.Unlock()
+	add("teardown progress", ok)
+	add("own writes", r.writes.remembers(key))
+	add("applier digest", r.applierMem.remembers(key))
+	add("grants hash", r.grantsMem.remembers(key))
+	return out
+}
