@@ -45,7 +45,7 @@ import (
 //     their identity only (contentless): the operator only compares them with what it
 //     wants, lists them by label and deletes them by name. A comparison remembers the
 //     (uid, resourceVersion) it last found to match; a version it does not remember it
-//     reads in full from the API server (remote.Comparisons.Fresh), so a plane at rest
+//     reads in full from the API server (ssa.Comparisons.Fresh), so a plane at rest
 //     costs no read, and the cache no copy of their specs;
 //   - of the HelmReleases only the placement releases, without what the placement
 //     controller never reads (spec.values, which a tenant may fill with a MiB per
@@ -138,7 +138,7 @@ func unstructuredKinds() []schema.GroupVersionKind {
 
 // ContentlessKinds are the kinds the manager's cache holds without their content
 // (contentless): the comparisons of them read a version they do not remember from the
-// API server (remote.Comparisons.Fresh).
+// API server (ssa.Comparisons.Fresh).
 func ContentlessKinds() map[schema.GroupVersionKind]bool {
 	kinds := map[schema.GroupVersionKind]bool{
 		bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplate"):  true,

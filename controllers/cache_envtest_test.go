@@ -148,7 +148,7 @@ func TestCachesHoldOnlyTheOperatorsObjects(t *testing.T) {
 			return err
 		}
 		// Identity only: the comparisons read a version they do not remember from the
-		// API server (remote.Comparisons.Fresh).
+		// API server (ssa.Comparisons.Fresh).
 		if _, ok := got.Object["spec"]; ok || got.GetUID() != ourKCP.GetUID() || got.GetResourceVersion() == "" || got.GetLabels()[render.ManagedByLabel] == "" {
 			return fmt.Errorf("the cached KamajiControlPlane is not its identity alone: %v", got.Object)
 		}

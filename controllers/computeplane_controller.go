@@ -38,6 +38,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/internal/ssa"
 	"github.com/cozystack/computeplane/remote"
 )
 
@@ -94,7 +95,7 @@ type ComputePlaneReconciler struct {
 	writes ownWrites
 	// compared remembers which versions of the management objects were found as the
 	// operator wants them (never a plane's: a different cluster's versions).
-	compared     remote.Comparisons
+	compared     ssa.Comparisons
 	comparedOnce sync.Once
 	// credentials remembers each plane's last admin kubeconfig that parsed, by digest.
 	credentials remote.AdminCredentials
@@ -410,7 +411,7 @@ func kamajiControlPlaneKind() *unstructured.Unstructured {
 // comparisons is the reconciler's memory of its management comparisons. The manager's
 // cache holds some kinds as their identity alone (ContentlessKinds): a comparison reads
 // a version of those it does not remember through APIReader (none: it fails).
-func (r *ComputePlaneReconciler) comparisons() *remote.Comparisons {
+func (r *ComputePlaneReconciler) comparisons() *ssa.Comparisons {
 	r.comparedOnce.Do(func() { r.compared.Fresh, r.compared.Trimmed = r.APIReader, ContentlessKinds() })
 	return &r.compared
 }

@@ -18,8 +18,8 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/internal/ssa"
 	"github.com/cozystack/computeplane/netpol"
-	"github.com/cozystack/computeplane/remote"
 )
 
 // +kubebuilder:rbac:groups="",resources=services,verbs=list;watch
@@ -63,7 +63,7 @@ func (r *ComputePlaneReconciler) reconcileGrants(ctx context.Context, s *scope) 
 		return ctrl.Result{}, nil
 	}
 
-	hash, err := remote.AppliedHash(want)
+	hash, err := ssa.AppliedHash(want)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

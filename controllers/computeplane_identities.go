@@ -17,6 +17,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/internal/ssa"
 	"github.com/cozystack/computeplane/remote"
 )
 
@@ -73,7 +74,7 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 		for _, o := range objs {
-			if _, err := remote.Apply(ctx, plane.Client, o, HardeningFieldOwner, remote.ExactFields(o)...); err != nil {
+			if _, err := ssa.Apply(ctx, plane.Client, o, HardeningFieldOwner, remote.ExactFields(o)...); err != nil {
 				return ctrl.Result{}, err
 			}
 		}
@@ -143,7 +144,7 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 func unverifiedIdentities(ctx context.Context, c client.Client, objs []client.Object) ([]string, error) {
 	var out []string
 	for _, o := range objs {
-		ok, err := remote.Verify(ctx, c, o, remote.ExactFields(o)...)
+		ok, err := ssa.Verify(ctx, c, o, remote.ExactFields(o)...)
 		if err != nil {
 			return nil, err
 		}

@@ -24,6 +24,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/internal/ssa"
 	"github.com/cozystack/computeplane/remote"
 )
 
@@ -91,7 +92,7 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if res == remote.Restored {
+		if res == ssa.Restored {
 			restored = append(restored, fmt.Sprintf("%s %s/%s", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName()))
 		}
 	}

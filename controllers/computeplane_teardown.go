@@ -20,6 +20,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/internal/ssa"
 	"github.com/cozystack/computeplane/remote"
 )
 
@@ -331,7 +332,7 @@ func (r *ComputePlaneReconciler) keepUninstallCredential(ctx context.Context, s 
 		return why, err
 	}
 	for _, o := range remote.Identities([]string{p.Namespace}, placementNamespaces(p), class.Spec.PlacementNamespaces.AllowPodExec, render.PlaneLabels(p)) {
-		if _, err := remote.Apply(ctx, plane.Client, o, HardeningFieldOwner, remote.ExactFields(o)...); err != nil {
+		if _, err := ssa.Apply(ctx, plane.Client, o, HardeningFieldOwner, remote.ExactFields(o)...); err != nil {
 			if apierrors.IsNotFound(err) {
 				return "a placement namespace is gone from the plane, so Flux cannot uninstall what was in it", nil
 			}

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"k8s.io/apimachinery/pkg/types"
 	"strings"
 	"testing"
 	"time"
@@ -122,7 +123,7 @@ func TestDriftBackoff(t *testing.T) {
 		t.Errorf("drift 100: %s, want the ceiling %s", got, DriftBackoffMax)
 	}
 	c := &ClusterCache{}
-	key := testKey
+	key := types.NamespacedName{Namespace: "tenant-a", Name: "p"}
 	now := time.Now()
 	if d, n := c.DriftDelay(key, now); d != 0 || n != 1 {
 		t.Errorf("first drift: %s #%d", d, n)

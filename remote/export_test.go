@@ -15,10 +15,3 @@ func KeptCredentialBytes(p *Plane) int {
 	}
 	return n
 }
-
-// FullComparisons is how many comparisons m made in full (not from memory).
-func FullComparisons(m *Comparisons) int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.full
-}

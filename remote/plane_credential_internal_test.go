@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/cozystack/computeplane/internal/ssa"
 )
 
 // TestRevokedObjects: closing the gate removes the applier first, then per deployer
@@ -61,19 +63,19 @@ func TestDeployerAutomountIsCompared(t *testing.T) {
 		live := want.DeepCopy()
 		live.UID, live.ResourceVersion = "u1", "7"
 		live.AutomountServiceAccountToken = tc.automount
-		if got := Matches(asMapOf(t, live), wantMap, ExactFields(want)...); got != tc.match {
-			t.Errorf("%s: Matches = %v, want %v", tc.name, got, tc.match)
+		if got := ssa.Matches(asMapOf(t, live), wantMap, ExactFields(want)...); got != tc.match {
+			t.Errorf("%s: ssa.Matches = %v, want %v", tc.name, got, tc.match)
 		}
 	}
 }
 
 func asMapOf(t *testing.T, sa *corev1.ServiceAccount) map[string]any {
 	t.Helper()
-	u, err := toApplyObject(sa)
+	u, err := ssa.ApplyObject(sa)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := normalized(u.Object)
+	m, err := ssa.Normalized(u.Object)
 	if err != nil {
 		t.Fatal(err)
 	}

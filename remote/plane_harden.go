@@ -13,6 +13,8 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/computeplane/internal/ssa"
 )
 
 // Findings are what a look at a plane found wrong, per stage; empty means verified.
@@ -43,7 +45,7 @@ func (f Findings) Drifted() bool { return len(f.PodSecurity) > 0 || len(f.Admiss
 func Inspect(ctx context.Context, c client.Client, p Posture) (Findings, error) {
 	var f Findings
 	for _, obj := range p.Policies() {
-		ok, err := Verify(ctx, c, obj, "spec")
+		ok, err := ssa.Verify(ctx, c, obj, "spec")
 		if err != nil {
 			return f, err
 		}
@@ -90,7 +92,7 @@ func Inspect(ctx context.Context, c client.Client, p Posture) (Findings, error) 
 				f.PodSecurity = append(f.PodSecurity, "placement namespace "+o.Name+" is not Active")
 			}
 		default:
-			ok, err := Verify(ctx, c, obj)
+			ok, err := ssa.Verify(ctx, c, obj)
 			if err != nil {
 				return f, err
 			}
@@ -120,7 +122,7 @@ func hasAnyPSALabel(labels map[string]string) bool {
 // first time.
 func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) (wrote, labelled []string, err error) {
 	for _, obj := range p.Policies() {
-		res, err := Apply(ctx, c, obj, fieldOwner, "spec")
+		res, err := ssa.Apply(ctx, c, obj, fieldOwner, "spec")
 		if err != nil {
 			return wrote, labelled, err
 		}
@@ -154,13 +156,13 @@ func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) 
 			if l != nil && hasLabels(l.Labels, ns.Labels) {
 				continue
 			}
-			if err := forceApply(ctx, c, ns, fieldOwner); err != nil {
+			if err := ssa.ForceApply(ctx, c, ns, fieldOwner); err != nil {
 				return wrote, labelled, err
 			}
 			wrote = append(wrote, describe(ns))
 			continue
 		}
-		res, err := Apply(ctx, c, obj, fieldOwner)
+		res, err := ssa.Apply(ctx, c, obj, fieldOwner)
 		if err != nil {
 			return wrote, labelled, err
 		}
@@ -172,7 +174,7 @@ func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) 
 		if placement[ns.Name] || ns.Status.Phase == corev1.NamespaceTerminating || hasLabels(ns.Labels, p.NamespaceLabels(ns.Name)) {
 			continue
 		}
-		if err := forceApply(ctx, c, p.LabelledNamespace(ns.Name, nil), fieldOwner); err != nil {
+		if err := ssa.ForceApply(ctx, c, p.LabelledNamespace(ns.Name, nil), fieldOwner); err != nil {
 			return wrote, labelled, err
 		}
 		if hasAnyPSALabel(ns.Labels) {
@@ -190,17 +192,6 @@ func describe(obj client.Object) string {
 		return kind + " " + obj.GetName()
 	}
 	return kind + " " + obj.GetNamespace() + "/" + obj.GetName()
-}
-
-func forceApply(ctx context.Context, c client.Client, obj client.Object, fieldOwner string) error {
-	u, err := toApplyObject(obj)
-	if err != nil {
-		return err
-	}
-	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
-	}
-	return nil
 }
 
 func hasLabels(have, want map[string]string) bool {

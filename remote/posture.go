@@ -2,7 +2,6 @@ package remote
 
 import (
 	"fmt"
-	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"sort"
 	"strings"
 
@@ -11,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
 
 // Pod Security Admission label keys.

@@ -1,13 +1,14 @@
 package remote
 
 import (
-	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
 
 func testPosture() Posture {

@@ -3,7 +3,6 @@ package main
 
 import (
 	"flag"
-	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"log/slog"
 	"math"
 	"os"
@@ -25,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 )
 

@@ -1,7 +1,9 @@
-package remote_test
+package ssa_test
 
 import (
 	"context"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"testing"
 	"time"
 
@@ -10,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cozystack/computeplane/remote"
+	"github.com/cozystack/computeplane/internal/ssa"
 	"github.com/cozystack/computeplane/test/testenv"
 )
 
@@ -28,19 +30,19 @@ func TestComparisonsRememberOnlyWhatTheyCompared(t *testing.T) {
 		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "posture"}, Data: data}
 	}
-	m := &remote.Comparisons{}
-	if res, err := m.Apply(ctx, c, want(map[string]string{"a": "1"}), "test"); err != nil || res != remote.Created {
+	m := &ssa.Comparisons{}
+	if res, err := m.Apply(ctx, c, want(map[string]string{"a": "1"}), "test"); err != nil || res != ssa.Created {
 		t.Fatalf("apply: %v, %v", res, err)
 	}
 	step := func(name string, got func() (bool, error), wantMatch bool, wantFull int) {
 		t.Helper()
-		before := remote.FullComparisons(m)
+		before := ssa.FullComparisons(m)
 		ok, err := got()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if ok != wantMatch || remote.FullComparisons(m)-before != wantFull {
-			t.Errorf("%s: matched %v after %d full comparisons; want %v after %d", name, ok, remote.FullComparisons(m)-before, wantMatch, wantFull)
+		if ok != wantMatch || ssa.FullComparisons(m)-before != wantFull {
+			t.Errorf("%s: matched %v after %d full comparisons; want %v after %d", name, ok, ssa.FullComparisons(m)-before, wantMatch, wantFull)
 		}
 	}
 	verify := func(data map[string]string, exact ...string) func() (bool, error) {
@@ -63,7 +65,7 @@ func TestComparisonsRememberOnlyWhatTheyCompared(t *testing.T) {
 
 	edit(func(cm *corev1.ConfigMap) { cm.Data["a"] = "2" })
 	step("changed by someone", verify(a1), false, 1)
-	if res, err := m.Apply(ctx, c, want(a1), "test"); err != nil || res != remote.Restored {
+	if res, err := m.Apply(ctx, c, want(a1), "test"); err != nil || res != ssa.Restored {
 		t.Fatalf("repair: %v, %v", res, err)
 	}
 	step("restored", verify(a1), true, 1)
@@ -128,8 +130,8 @@ func TestComparisonsOfContentlessKinds(t *testing.T) {
 	a1 := map[string]string{"a": "1"}
 	fresh := &counting{Reader: c}
 	trimmed := map[schema.GroupVersionKind]bool{corev1.SchemeGroupVersion.WithKind("ConfigMap"): true}
-	m := &remote.Comparisons{Fresh: fresh, Trimmed: trimmed}
-	if res, err := m.Apply(ctx, cached, want(a1), "test"); err != nil || res != remote.Created {
+	m := &ssa.Comparisons{Fresh: fresh, Trimmed: trimmed}
+	if res, err := m.Apply(ctx, cached, want(a1), "test"); err != nil || res != ssa.Created {
 		t.Fatalf("apply: %v, %v", res, err)
 	}
 	step := func(name string, data map[string]string, wantMatch bool, wantReads int) {
@@ -154,7 +156,7 @@ func TestComparisonsOfContentlessKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("changed by someone: read in full, found changed", a1, false, 1)
-	if res, err := m.Apply(ctx, cached, want(a1), "test"); err != nil || res != remote.Restored {
+	if res, err := m.Apply(ctx, cached, want(a1), "test"); err != nil || res != ssa.Restored {
 		t.Fatalf("repair: %v, %v (a restore must be told from a foreign edit by the full object's annotation)", res, err)
 	}
 	step("restored", a1, true, 1)
@@ -162,10 +164,10 @@ func TestComparisonsOfContentlessKinds(t *testing.T) {
 
 	// The identity alone never matches a want: without reading in full, every pass
 	// would apply again.
-	if ok, err := (&remote.Comparisons{}).Verify(ctx, cached, want(a1)); err != nil || ok {
+	if ok, err := (&ssa.Comparisons{}).Verify(ctx, cached, want(a1)); err != nil || ok {
 		t.Fatalf("an identity alone matched the want (%v, %v)", ok, err)
 	}
-	if _, err := (&remote.Comparisons{Trimmed: trimmed}).Verify(ctx, cached, want(a1)); err == nil {
+	if _, err := (&ssa.Comparisons{Trimmed: trimmed}).Verify(ctx, cached, want(a1)); err == nil {
 		t.Fatal("a contentless kind was compared with nowhere to read it in full")
 	}
 }
@@ -173,7 +175,10 @@ func TestComparisonsOfContentlessKinds(t *testing.T) {
 // tenantClient is a client of a tenant apiserver of the test's own.
 func tenantClient(t *testing.T) client.Client {
 	t.Helper()
-	scheme := testScheme(t)
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
 	cluster, err := testenv.StartTenant(scheme)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package remote
+package ssa
 
 import (
 	"context"
@@ -90,15 +90,15 @@ func (m *Comparisons) compare(ctx context.Context, c client.Reader, obj client.O
 			slot, digest = comparisonDigest(gvk.String(), key, live, exact, want)
 		}
 	}
-	u, err := toApplyObject(obj)
+	u, err := ApplyObject(obj)
 	if err != nil {
 		return live, false, err
 	}
-	liveMap, err := normalized(live)
+	liveMap, err := Normalized(live)
 	if err != nil {
 		return live, false, err
 	}
-	wantMap, err := normalized(u.Object)
+	wantMap, err := Normalized(u.Object)
 	if err != nil {
 		return live, false, err
 	}

@@ -1,13 +1,10 @@
-package remote
+package ssa
 
 import (
-	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/types"
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
-
-var testKey = types.NamespacedName{Namespace: "tenant-a", Name: "p"}
 
 func TestMatches(t *testing.T) {
 	obj := func(spec any, labels map[string]any) map[string]any {

@@ -1,13 +1,10 @@
-// Package remote holds everything about a ComputePlane's own API server: the per-plane
-// client cache with health probing, hardening, identities and drift detection, and the
-// server-side apply helper both clusters share.
-//
-// The files named plane_*.go do I/O: they take a client and talk to an API server (a
-// plane's, or for Apply and Verify either cluster's). The others are pure: they build
-// the objects the operator wants in a plane (posture.go, identities.go), parse and vet
-// its admin credential (admin.go), compare live objects with wanted ones (matches.go)
-// and pace drift repairs (drift.go), with table tests and no API server.
-package remote
+// Package ssa is the one server-side apply and compare engine, for both clusters: the
+// management cluster (provisioning, egress, grants, identities) and each plane
+// (hardening). Apply writes what the operator wants with a field owner and reads it back;
+// Verify compares without writing; Comparisons remembers which versions already matched,
+// so a steady reconcile compares nothing twice; Matches and Covers are the pure
+// comparison of a live object with a wanted one.
+package ssa
 
 import (
 	"context"
@@ -15,13 +12,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
 
 // ApplyResult says what Apply did.
@@ -58,7 +56,7 @@ func (m *Comparisons) Apply(ctx context.Context, c client.Client, obj client.Obj
 	if err != nil || matched {
 		return Unchanged, err
 	}
-	u, err := toApplyObject(obj)
+	u, err := ApplyObject(obj)
 	if err != nil {
 		return Unchanged, err
 	}
@@ -125,17 +123,17 @@ func getLive(ctx context.Context, c client.Reader, gvk schema.GroupVersionKind, 
 
 // AppliedHash is the hash Apply records for obj.
 func AppliedHash(obj client.Object) (string, error) {
-	u, err := toApplyObject(obj)
+	u, err := ApplyObject(obj)
 	if err != nil {
 		return "", err
 	}
 	return contentHash(u.Object)
 }
 
-// toApplyObject turns a typed or unstructured object into the unstructured form server-
+// ApplyObject turns a typed or unstructured object into the unstructured form server-
 // side apply takes, without the zero values typed structs carry (creationTimestamp,
 // empty status) that would otherwise be claimed by the operator's field manager.
-func toApplyObject(obj client.Object) (*unstructured.Unstructured, error) {
+func ApplyObject(obj client.Object) (*unstructured.Unstructured, error) {
 	var m map[string]any
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		m = runtime.DeepCopyJSON(u.Object)
@@ -159,9 +157,9 @@ func toApplyObject(obj client.Object) (*unstructured.Unstructured, error) {
 	return u, nil
 }
 
-// normalized is v as plain JSON values (numbers as float64), so a typed live object
+// Normalized is v as plain JSON values (numbers as float64), so a typed live object
 // and an unstructured wanted one compare field by field.
-func normalized(v any) (map[string]any, error) {
+func Normalized(v any) (map[string]any, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
@@ -177,4 +175,17 @@ func contentHash(v any) (string, error) {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16]), nil
+}
+
+// ForceApply applies obj with server-side apply as fieldOwner, taking over fields other
+// managers own, without reading it back (the caller verifies).
+func ForceApply(ctx context.Context, c client.Client, obj client.Object, fieldOwner string) error {
+	u, err := ApplyObject(obj)
+	if err != nil {
+		return err
+	}
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
+	}
+	return nil
 }
