@@ -11,8 +11,8 @@ import (
 // AdminCredentials remembers, per plane, the last admin kubeconfig that parsed, by the
 // digest of its bytes and of the servers it was checked against: ParseAdminKubeconfig is
 // a function of those two, so a pass over an unchanged Secret costs a hash of it instead
-// of a YAML decode, two certificate parses and a key check (13 % of what the manager
-// allocated at rest with 500 planes). It keeps each credential's server, identity and
+// of a YAML decode, two certificate parses and a key check. It keeps each credential's
+// server, identity and
 // hash, never its key. A nil *AdminCredentials parses every time.
 type AdminCredentials struct {
 	mu     sync.Mutex

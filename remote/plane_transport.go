@@ -24,7 +24,7 @@ import (
 // TLS, dial and idle settings, HTTP/2 with its health checks), for one setting
 // client-go does not expose: no HTTP/2 header compression tables. HPACK keeps a dynamic
 // table each way per connection (up to 4 KiB of headers each, with their indexes: about
-// 18 KB of live heap per plane, 9 MB at 500 planes). The operator sends a few short
+// 18 KB of live heap per plane). The operator sends a few short
 // requests a minute to a plane at rest; the bytes indexing would save are not worth the
 // memory.
 //

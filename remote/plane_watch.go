@@ -190,8 +190,8 @@ type kindWatch struct {
 // collection halves a stack only while less than a quarter of it is used, counting a
 // fixed reserve). So what lies on the resting path (run, follow, the read) keeps small
 // frames: listing, opening a watch and decoding an event are done in functions that
-// return before the next read. A fleet's watch goroutines then rest on 4 KiB stacks
-// instead of 8 KiB (see docs/benchmarks.md).
+// return before the next read, and a fleet's watch goroutines rest on the smallest
+// stacks.
 func (w *kindWatch) run(ctx context.Context, failed func(error)) {
 	l := &watchLoop{w: w, ctx: ctx, failed: failed, retry: time.Second, first: w.listed}
 	for ctx.Err() == nil {

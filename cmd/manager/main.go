@@ -94,14 +94,14 @@ func main() {
 	}
 	// Most of the heap is long-lived (a connection and its watches per plane) and a fleet
 	// at rest allocates little (a steady reconcile compares nothing it compared before),
-	// so collecting at 10 % growth costs little CPU and keeps the footprint lower: at
-	// 500 planes 146 MiB against 154 with GOGC 15, for 3.1 % more of one core
-	// (docs/benchmarks.md). GOGC set in the environment wins.
+	// so collecting at 10 % growth costs little CPU and keeps the footprint lower
+	// (docs/benchmarks.md, "Fleet at rest", has the figures). GOGC set in the
+	// environment wins.
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
 	// Without the profiling endpoints no one can read a heap profile, so the runtime
-	// keeps none: the stacks it samples cost about 1 MiB at 500 planes, and a little on
+	// keeps none: the stacks it samples cost memory per allocation site, and a little on
 	// every sampled allocation. GODEBUG=memprofilerate=N wins.
 	if pprofAddr == "" && !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate=") {
 		runtime.MemProfileRate = 0

@@ -21,8 +21,7 @@ const maxComparisons = 1 << 16
 // found to hold what the operator wants, so a steady reconcile does not compare it
 // again: a resourceVersion of an object names one content of it (and uid one object),
 // and the wanted object's JSON names one want. Comparing costs two JSON round trips of
-// both objects; at 500 planes the management side's comparisons were a third of what
-// the manager allocates at rest. Anything else (a new version, a changed want, a
+// both objects, which a fleet at rest would otherwise pay on every pass. Anything else (a new version, a changed want, a
 // missing or deleting object, a mismatch) compares in full. The zero value is ready; a
 // nil one remembers nothing. It must not be shared between clusters: resourceVersions
 // are one cluster's.
