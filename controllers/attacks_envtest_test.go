@@ -33,16 +33,16 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/netpol"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // readyPlane creates a class, a plane "plane" with placement namespace "notebooks" in a
 // new tenant namespace, and a real tenant apiserver standing in for its control plane,
 // and waits until the plane is Ready.
-func readyPlane(t *testing.T, ctx context.Context, class *cpv1.ComputePlaneClass, opts ...planeOpt) (*cpv1.ComputePlane, *testenv.Cluster) {
+func readyPlane(t *testing.T, ctx context.Context, class *cpv1.ComputePlaneClass, opts ...planeOpt) (*cpv1.ComputePlane, *devenv.Cluster) {
 	t.Helper()
-	tenant, err := testenv.StartTenant(k8s.Scheme())
+	tenant, err := devenv.StartTenant(k8s.Scheme())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +542,7 @@ func TestAttackCopiedTokenOutlivesSecret(t *testing.T) {
 func TestAttackPoliciesNotEnforced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tenant, err := testenv.StartTenantWith(k8s.Scheme(), testenv.TenantOptions{DisableAdmissionPlugins: []string{"ValidatingAdmissionPolicy"}})
+	tenant, err := devenv.StartTenantWith(k8s.Scheme(), devenv.TenantOptions{DisableAdmissionPlugins: []string{"ValidatingAdmissionPolicy"}})
 	if err != nil {
 		t.Fatal(err)
 	}

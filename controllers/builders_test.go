@@ -17,7 +17,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 type planeOpt func(*cpv1.ComputePlane)
@@ -153,7 +153,7 @@ func planeOfLabels(l map[string]string) *cpv1.ComputePlane {
 // credential, not for use.
 func fakeKubeconfig(t *testing.T, server string, mutUser func(map[string]any), clusterFlags ...string) []byte {
 	t.Helper()
-	certPEM, keyPEM, err := testenv.ClientCertificate("kubernetes-super-admin")
+	certPEM, keyPEM, err := devenv.ClientCertificate("kubernetes-super-admin")
 	if err != nil {
 		t.Fatal(err)
 	}

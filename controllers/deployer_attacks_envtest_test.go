@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/remote"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // deployerPodRefusal and deployerTokenRefusal are the deployer-credentials policy's
@@ -39,11 +39,11 @@ const (
 // the default ServiceAccounts): a pod must name an existing ServiceAccount (the
 // operator's canaries' included) and gets its token mounted when it asks. The plane's
 // API server keeps an audit log.
-func readyRealPlane(t *testing.T, ctx context.Context, class *cpv1.ComputePlaneClass, opts ...planeOpt) (*cpv1.ComputePlane, *testenv.Cluster) {
+func readyRealPlane(t *testing.T, ctx context.Context, class *cpv1.ComputePlaneClass, opts ...planeOpt) (*cpv1.ComputePlane, *devenv.Cluster) {
 	t.Helper()
 	// Setting the list replaces envtest's default (ServiceAccount); the plugin named
 	// instead is one no test here depends on.
-	tenant, err := testenv.StartTenantWith(k8s.Scheme(), testenv.TenantOptions{DisableAdmissionPlugins: []string{"DefaultIngressClass"}, Audit: true})
+	tenant, err := devenv.StartTenantWith(k8s.Scheme(), devenv.TenantOptions{DisableAdmissionPlugins: []string{"DefaultIngressClass"}, Audit: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestAttackDeployerTokenOutlivesTheGate(t *testing.T) {
 		}
 		return nil
 	})
-	events, err := testenv.ReadAudit(tenant.AuditLog)
+	events, err := devenv.ReadAudit(tenant.AuditLog)
 	if err != nil {
 		t.Fatal(err)
 	}

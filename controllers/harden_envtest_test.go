@@ -31,14 +31,14 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/netpol"
 	"github.com/cozystack/computeplane/remote"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // provideWithTenant plays Cluster API and Kamaji for a plane whose control plane is a
 // real second apiserver: conditions, TenantControlPlane status, admin kubeconfig Secret.
-func provideWithTenant(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, tenant *testenv.Cluster) {
+func provideWithTenant(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, tenant *devenv.Cluster) {
 	t.Helper()
 	infra := infraOf(p)
 	cluster := &clusterv1.Cluster{}
@@ -47,7 +47,7 @@ func provideWithTenant(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, 
 	})
 	setClusterCondition(ctx, t, cluster, clusterv1.ClusterInfrastructureReadyCondition, metav1.ConditionTrue, "Ready", "")
 	setClusterCondition(ctx, t, cluster, clusterv1.ClusterControlPlaneInitializedCondition, metav1.ConditionTrue, "Initialized", "")
-	secret, err := testenv.AdminKubeconfigSecret(tenant, infra, p.Name)
+	secret, err := devenv.AdminKubeconfigSecret(tenant, infra, p.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func provideWithTenant(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, 
 // operatorClient talks to the plane with the admin kubeconfig the operator uses.
 func operatorClient(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) client.Client {
 	t.Helper()
-	c, err := testenv.PlaneAdminClient(ctx, k8s, infraOf(p), p.Name)
+	c, err := devenv.PlaneAdminClient(ctx, k8s, infraOf(p), p.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func groupOf(resource string) string {
 
 // asUser is a client to the tenant apiserver impersonating a non-operator user with full
 // RBAC (system:masters): only admission can stop it.
-func asUser(t *testing.T, tenant *testenv.Cluster, user string) client.Client {
+func asUser(t *testing.T, tenant *devenv.Cluster, user string) client.Client {
 	t.Helper()
 	cfg := rest.CopyConfig(tenant.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:masters"}}
@@ -199,7 +199,7 @@ func eventuallyDenied(t *testing.T, do func() error, want string) {
 func TestHardeningOnARealPlane(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	tenant, err := testenv.StartTenant(k8s.Scheme())
+	tenant, err := devenv.StartTenant(k8s.Scheme())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 type releaseOpt func(*helmv2.HelmRelease)
@@ -227,7 +227,7 @@ func TestPlacementNeverStoredUnrouted(t *testing.T) {
 func TestPlacementHeldThenRouted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	tenant, err := testenv.StartTenant(k8s.Scheme())
+	tenant, err := devenv.StartTenant(k8s.Scheme())
 	if err != nil {
 		t.Fatal(err)
 	}

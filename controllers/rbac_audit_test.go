@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // exercisedElsewhere are rights the shipped RBAC grants that this suite's scenarios do
@@ -28,7 +28,7 @@ var exercisedElsewhere = map[string]string{
 // right the controllers use and the markers do not grant. Every granted right must have
 // been used by some scenario: one that is not is more than the operator needs.
 func rbacMatchesUse() bool {
-	refused, asked, err := testenv.Refused(mgmt.AuditLog)
+	refused, asked, err := devenv.Refused(mgmt.AuditLog)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "RBAC audit:", err)
 		return false
@@ -42,19 +42,19 @@ func rbacMatchesUse() bool {
 		// Only some scenarios ran: that a right went unused says nothing.
 		return ok
 	}
-	root, err := testenv.RepoRoot()
+	root, err := devenv.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "RBAC audit:", err)
 		return false
 	}
-	roles, err := testenv.ShippedOperatorRules(root)
+	roles, err := devenv.ShippedOperatorRules(root)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "RBAC audit:", err)
 		return false
 	}
 	for role, rules := range roles {
 		var unused []string
-		for _, a := range testenv.Unexercised(rules, asked) {
+		for _, a := range devenv.Unexercised(rules, asked) {
 			if _, ok := exercisedElsewhere[a]; !ok {
 				unused = append(unused, a)
 			}

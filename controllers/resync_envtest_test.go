@@ -16,7 +16,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // TestQuietPlaneIsOnlyProbed: at rest, a Ready plane whose watches report nothing costs
@@ -27,7 +27,7 @@ import (
 func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tenant, err := testenv.StartTenantWith(k8s.Scheme(), testenv.TenantOptions{Audit: true})
+	tenant, err := devenv.StartTenantWith(k8s.Scheme(), devenv.TenantOptions{Audit: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 		eventually(t, settle, func() error {
 			from := time.Now()
 			time.Sleep(3 * time.Second) // a pass every 2 s
-			events, err := testenv.ReadAudit(tenant.AuditLog)
+			events, err := devenv.ReadAudit(tenant.AuditLog)
 			if err != nil {
 				return err
 			}
@@ -60,7 +60,7 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 	time.Sleep(8 * time.Second)
 	to := time.Now()
 
-	events, err := testenv.ReadAudit(tenant.AuditLog)
+	events, err := devenv.ReadAudit(tenant.AuditLog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,14 +76,14 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 	if probes < 2 {
 		t.Errorf("%d storage probes in 8 s of passes every 2 s: the plane is not looked at", probes)
 	}
-	mgmtEvents, err := testenv.ReadAudit(mgmt.AuditLog)
+	mgmtEvents, err := devenv.ReadAudit(mgmt.AuditLog)
 	if err != nil {
 		t.Fatal(err)
 	}
 	infra := infraOf(p)
 	var mgmtReads []string
 	for _, ev := range mgmtEvents {
-		if ev.User.Username != testenv.OperatorUser || ev.Stage != "ResponseComplete" || ev.ObjectRef == nil ||
+		if ev.User.Username != devenv.OperatorUser || ev.Stage != "ResponseComplete" || ev.ObjectRef == nil ||
 			ev.RequestReceived.Before(from) || ev.RequestReceived.After(to) ||
 			(ev.ObjectRef.Namespace != p.Namespace && ev.ObjectRef.Namespace != infra) {
 			continue
@@ -173,7 +173,7 @@ func counter(name string, labels map[string]string) float64 {
 }
 
 // operatorPolicy is one of the operator's admission policies in the plane.
-func operatorPolicy(t *testing.T, ctx context.Context, tenant *testenv.Cluster) *admissionv1.ValidatingAdmissionPolicy {
+func operatorPolicy(t *testing.T, ctx context.Context, tenant *devenv.Cluster) *admissionv1.ValidatingAdmissionPolicy {
 	t.Helper()
 	var vaps admissionv1.ValidatingAdmissionPolicyList
 	if err := tenant.Client.List(ctx, &vaps); err != nil {
@@ -190,10 +190,10 @@ func operatorPolicy(t *testing.T, ctx context.Context, tenant *testenv.Cluster) 
 
 // operatorRequests are the plane's audited requests by the operator's own identity (not
 // the canary it impersonates, nor the applier) received after from.
-func operatorRequests(events []testenv.AuditEvent, from time.Time) []testenv.AuditEvent {
-	var out []testenv.AuditEvent
+func operatorRequests(events []devenv.AuditEvent, from time.Time) []devenv.AuditEvent {
+	var out []devenv.AuditEvent
 	for _, ev := range events {
-		if ev.User.Username == testenv.AdminUser && ev.ImpersonatedUser == nil && ev.ObjectRef != nil &&
+		if ev.User.Username == devenv.AdminUser && ev.ImpersonatedUser == nil && ev.ObjectRef != nil &&
 			ev.Stage == "ResponseComplete" && !ev.RequestReceived.Before(from) {
 			out = append(out, ev)
 		}
@@ -203,7 +203,7 @@ func operatorRequests(events []testenv.AuditEvent, from time.Time) []testenv.Aud
 
 // planeFullReads are the operator's requests to the plane since from that are neither the
 // storage probe nor its watches.
-func planeFullReads(events []testenv.AuditEvent, from time.Time) []string {
+func planeFullReads(events []devenv.AuditEvent, from time.Time) []string {
 	seen := map[string]int{}
 	for _, ev := range operatorRequests(events, from) {
 		if ev.Verb == "watch" || ev.Verb == "get" && ev.ObjectRef.Resource == "namespaces" && ev.ObjectRef.Name == "kube-system" {

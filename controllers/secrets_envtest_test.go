@@ -18,7 +18,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // operatorMay asks the management apiserver whether the operator may do verb on
@@ -26,8 +26,8 @@ import (
 func operatorMay(t *testing.T, ctx context.Context, verb, namespace string) bool {
 	t.Helper()
 	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User:               testenv.OperatorUser,
-		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + testenv.OperatorNamespace, "system:authenticated"},
+		User:               devenv.OperatorUser,
+		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + devenv.OperatorNamespace, "system:authenticated"},
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb, Resource: "secrets"},
 	}}
 	if err := k8s.Create(ctx, sar); err != nil {
@@ -122,7 +122,7 @@ func TestSecretRightsOnlyWhereNeeded(t *testing.T) {
 	if err := k8s.Create(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
-	tenant, err := testenv.StartTenant(k8s.Scheme())
+	tenant, err := devenv.StartTenant(k8s.Scheme())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,14 +19,14 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/operatortest"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // The suite shares one management apiserver and one running manager (webhook included);
 // each test works in namespaces of its own.
 var (
-	mgmt *testenv.Cluster
+	mgmt *devenv.Cluster
 	k8s  client.Client
 	// reconciler is the running ComputePlane reconciler (tests look into its plane cache).
 	reconciler *controllers.ComputePlaneReconciler
@@ -47,7 +47,7 @@ func runSuite(m *testing.M) int {
 	}
 	scheme := controllers.NewScheme()
 	var err error
-	mgmt, err = testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Webhooks: true, Audit: true})
+	mgmt, err = devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme, Webhooks: true, Audit: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -55,7 +55,7 @@ func runSuite(m *testing.M) int {
 	defer func() { _ = mgmt.Stop() }()
 	k8s = mgmt.Client
 
-	if metricsAddr, err = testenv.FreeAddr(); err != nil {
+	if metricsAddr, err = devenv.FreeAddr(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -92,7 +92,7 @@ func runSuite(m *testing.M) int {
 }
 
 // eventually polls f until it returns nil, failing the test with f's last error.
-var eventually = testenv.Eventually
+var eventually = devenv.Eventually
 
 // conditionIs returns a check that plane's condition t has status s and reason.
 func conditionIs(ctx context.Context, key client.ObjectKey, t string, s metav1.ConditionStatus, reason string) func() error {

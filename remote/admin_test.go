@@ -9,13 +9,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // keyPair is a self-signed client certificate with the given common name.
 func keyPair(t *testing.T, cn string) (certPEM, keyPEM []byte) {
 	t.Helper()
-	certPEM, keyPEM, err := testenv.ClientCertificate(cn)
+	certPEM, keyPEM, err := devenv.ClientCertificate(cn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/remote"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // access is one row of the matrix: may user do verb on resource (in namespace, by name)?
@@ -29,7 +29,7 @@ type access struct {
 // and checks, with SubjectAccessReviews, that each may do exactly what the table says.
 func TestIdentitiesMatrix(t *testing.T) {
 	scheme := testScheme(t)
-	plane, err := testenv.StartTenant(scheme)
+	plane, err := devenv.StartTenant(scheme)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestDeployerRulesPodExecOnlyWhenAllowed(t *testing.T) {
 // objects without the plane's labels are left alone.
 func TestRevokeApplierKillsCopiedTokens(t *testing.T) {
 	scheme := testScheme(t)
-	plane, err := testenv.StartTenant(scheme)
+	plane, err := devenv.StartTenant(scheme)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/remote"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 func testScheme(t *testing.T) *runtime.Scheme {
@@ -31,9 +31,9 @@ func testScheme(t *testing.T) *runtime.Scheme {
 
 // credential is the Kamaji-shaped admin credential of a tenant apiserver, as the
 // operator accepts it.
-func credential(t *testing.T, tenant *testenv.Cluster) *remote.AdminCredential {
+func credential(t *testing.T, tenant *devenv.Cluster) *remote.AdminCredential {
 	t.Helper()
-	secret, err := testenv.AdminKubeconfigSecret(tenant, "cp-a", "a")
+	secret, err := devenv.AdminKubeconfigSecret(tenant, "cp-a", "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func credential(t *testing.T, tenant *testenv.Cluster) *remote.AdminCredential {
 // a dead plane reported at once, with the grace period marked.
 func TestClusterCache(t *testing.T) {
 	scheme := testScheme(t)
-	tenant, err := testenv.StartTenant(scheme)
+	tenant, err := devenv.StartTenant(scheme)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestClusterCache(t *testing.T) {
 // once etcd is back.
 func TestProbeNeedsStorage(t *testing.T) {
 	scheme := testScheme(t)
-	tenant, err := testenv.StartTenant(scheme)
+	tenant, err := devenv.StartTenant(scheme)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,9 +164,9 @@ func TestProbeNeedsStorage(t *testing.T) {
 }
 
 // auditedTenant is a plane apiserver that audits every request, stopped with the test.
-func auditedTenant(t *testing.T, scheme *runtime.Scheme) *testenv.Cluster {
+func auditedTenant(t *testing.T, scheme *runtime.Scheme) *devenv.Cluster {
 	t.Helper()
-	tenant, err := testenv.StartTenantWith(scheme, testenv.TenantOptions{Audit: true})
+	tenant, err := devenv.StartTenantWith(scheme, devenv.TenantOptions{Audit: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestPlaneWatchesAreScoped(t *testing.T) {
 	}
 	got.expect(t, 10*time.Second, "when a namespace was created")
 
-	events, err := testenv.ReadAudit(tenant.AuditLog)
+	events, err := devenv.ReadAudit(tenant.AuditLog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func TestPlaneWatchesOutliveTheTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	got.expect(t, 10*time.Second, "for a namespace created 5 s after the watches started")
-	events, err := testenv.ReadAudit(tenant.AuditLog)
+	events, err := devenv.ReadAudit(tenant.AuditLog)
 	if err != nil {
 		t.Fatal(err)
 	}

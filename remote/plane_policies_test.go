@@ -16,8 +16,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/remote"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // TestPoliciesRefuseOnARealAPIServer applies the plane's admission policies to a real
@@ -27,7 +27,7 @@ import (
 // chart legitimately does must still pass.
 func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 	scheme := testScheme(t)
-	plane, err := testenv.StartTenant(scheme)
+	plane, err := devenv.StartTenant(scheme)
 	if err != nil {
 		t.Fatal(err)
 	}

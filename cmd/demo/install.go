@@ -24,11 +24,11 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 const (
-	operatorNS = testenv.OperatorNamespace
+	operatorNS = devenv.OperatorNamespace
 	deployment = "computeplane-controller-manager"
 	certSecret = "computeplane-webhook-server-cert"
 )
@@ -48,13 +48,13 @@ type operatorInstall struct {
 // kubelet and kube-proxy would do is done by hand here: the process runs on this host,
 // so the webhook configurations call it at 127.0.0.1 instead of through the Service,
 // and its listeners move to free local ports.
-func installOperator(ctx context.Context, mgmt *testenv.Cluster, root string, kubectl func(...string) error,
+func installOperator(ctx context.Context, mgmt *devenv.Cluster, root string, kubectl func(...string) error,
 	kubectlPiped func([]byte, ...string) error, verbose bool) (*operatorInstall, error) {
-	helm, err := testenv.Helm(root)
+	helm, err := devenv.Helm(root)
 	if err != nil {
 		return nil, err
 	}
-	chart := testenv.ChartDir(root)
+	chart := devenv.ChartDir(root)
 	if err := kubectl("create", "namespace", operatorNS); err != nil {
 		return nil, err
 	}
@@ -92,17 +92,17 @@ func installOperator(ctx context.Context, mgmt *testenv.Cluster, root string, ku
 	return op, nil
 }
 
-func (op *operatorInstall) start(ctx context.Context, mgmt *testenv.Cluster, root string, rendered []byte, verbose bool) error {
-	webhookAddr, err := testenv.FreeAddr()
+func (op *operatorInstall) start(ctx context.Context, mgmt *devenv.Cluster, root string, rendered []byte, verbose bool) error {
+	webhookAddr, err := devenv.FreeAddr()
 	if err != nil {
 		return err
 	}
 	_, webhookPort, _ := net.SplitHostPort(webhookAddr)
-	probeAddr, err := testenv.FreeAddr()
+	probeAddr, err := devenv.FreeAddr()
 	if err != nil {
 		return err
 	}
-	metricsAddr, err := testenv.FreeAddr()
+	metricsAddr, err := devenv.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -193,7 +193,7 @@ func localArgs(args []string, replace map[string]string) []string {
 // pointWebhooksAt replaces the Service reference of every webhook the chart installed
 // with a URL (the same path, and the chart's CA bundle).
 func pointWebhooksAt(ctx context.Context, c client.Client, rendered []byte, base string) error {
-	objs, err := testenv.ParseObjects(rendered)
+	objs, err := devenv.ParseObjects(rendered)
 	if err != nil {
 		return err
 	}
@@ -244,7 +244,7 @@ func writeServingCert(ctx context.Context, c client.Client, dir string) error {
 // writeServiceAccountKubeconfig writes a kubeconfig with a token of the operator's
 // ServiceAccount, as the kubelet projects one into the pod: the manager authenticates
 // as that ServiceAccount and has exactly the RBAC the chart bound to it.
-func writeServiceAccountKubeconfig(ctx context.Context, mgmt *testenv.Cluster, sa, path string) error {
+func writeServiceAccountKubeconfig(ctx context.Context, mgmt *devenv.Cluster, sa, path string) error {
 	cs, err := kubernetes.NewForConfig(mgmt.Config)
 	if err != nil {
 		return err

@@ -2,7 +2,7 @@
 // the ComputePlane and upstream CRDs), installs the operator from its chart, runs the real
 // Kamaji v1.0.0 manager (test/tools/kamaji.sh builds it) whose control planes run as host
 // processes, with stand-ins for Kamaji's Cluster API provider and Cluster API core written
-// from their source (test/capistandin), applies the sample class and plane with kubectl,
+// from their source (internal/devenv/capistandin), applies the sample class and plane with kubectl,
 // and prints what an operator would see. It removes everything it started when it exits
 // or on Ctrl-C.
 package main
@@ -35,8 +35,8 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
-	"github.com/cozystack/computeplane/test/capistandin"
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
+	"github.com/cozystack/computeplane/internal/devenv/capistandin"
 )
 
 func main() {
@@ -63,7 +63,7 @@ func logLevel(verbose bool) zapcore.Level {
 }
 
 func run(ctx context.Context, stay, verbose bool) error {
-	kamajiBin, err := testenv.KamajiBinary()
+	kamajiBin, err := devenv.KamajiBinary()
 	if err != nil {
 		return fmt.Errorf("%w (`make demo` builds it)", err)
 	}
@@ -72,7 +72,7 @@ func run(ctx context.Context, stay, verbose bool) error {
 	// proxy stands in for the cluster network. Everything that talks to planes (the
 	// operator, Kamaji, kubectl) finds it through HTTPS_PROXY, set before any HTTP client
 	// of this process reads it.
-	proxy, err := testenv.StartPlaneProxy()
+	proxy, err := devenv.StartPlaneProxy()
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func run(ctx context.Context, stay, verbose bool) error {
 	}
 	step("Starting a management kube-apiserver and etcd (with the Cluster API, Kamaji, CAPK, Cilium and Flux CRDs)")
 	scheme := controllers.NewScheme()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Bare: true})
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme, Bare: true})
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func run(ctx context.Context, stay, verbose bool) error {
 		step("Stopping the apiservers")
 		_ = mgmt.Stop()
 	}()
-	root, err := testenv.RepoRoot()
+	root, err := devenv.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -134,8 +134,8 @@ func run(ctx context.Context, stay, verbose bool) error {
 
 	// Kamaji and Cluster API are other components with their own rights: they run as an
 	// administrator, while the operator has only the RBAC the chart gives it.
-	step("Starting Kamaji " + testenv.KamajiVersion + " (the real manager, with a TLS etcd DataStore; its control planes run as host processes) and stand-ins for its Cluster API provider and Cluster API core")
-	kamaji, err := testenv.StartRealKamaji(ctx, mgmt, testenv.RealKamajiOptions{Binary: kamajiBin, Proxy: proxy})
+	step("Starting Kamaji " + devenv.KamajiVersion + " (the real manager, with a TLS etcd DataStore; its control planes run as host processes) and stand-ins for its Cluster API provider and Cluster API core")
+	kamaji, err := devenv.StartRealKamaji(ctx, mgmt, devenv.RealKamajiOptions{Binary: kamajiBin, Proxy: proxy})
 	if err != nil {
 		return err
 	}
@@ -426,7 +426,7 @@ func adminKubeconfig(ctx context.Context, c client.Client, infra, dir string) (s
 	return path, os.WriteFile(path, secret.Data["super-admin.svc"], 0o600)
 }
 
-func writeKubeconfig(mgmt *testenv.Cluster) (string, func(), error) {
+func writeKubeconfig(mgmt *devenv.Cluster) (string, func(), error) {
 	user, err := mgmt.Env.AddUser(envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		return "", nil, err

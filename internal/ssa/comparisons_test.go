@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/internal/ssa"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // TestComparisonsRememberOnlyWhatTheyCompared: on a real API server, a remembered
@@ -179,7 +179,7 @@ func tenantClient(t *testing.T) client.Client {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	cluster, err := testenv.StartTenant(scheme)
+	cluster, err := devenv.StartTenant(scheme)
 	if err != nil {
 		t.Fatal(err)
 	}

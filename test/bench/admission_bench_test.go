@@ -15,8 +15,8 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/operatortest"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // BenchmarkReleaseAdmission: what a HelmRelease create costs with the operator's
@@ -34,7 +34,7 @@ func BenchmarkReleaseAdmission(b *testing.B) {
 	const n = 1000
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: controllers.NewScheme(), Webhooks: true})
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: controllers.NewScheme(), Webhooks: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,9 +22,9 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/devprovider"
 	"github.com/cozystack/computeplane/test/operatortest"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // planeAdmin is the user the planes' admin kubeconfigs name (the operator, in a plane).
@@ -79,13 +79,13 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	scheme := controllers.NewScheme()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Audit: true})
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme, Audit: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = mgmt.Stop() })
 	provider, stopProvider, err := devprovider.StartWith(ctx, mgmt.Config, scheme, devprovider.Options{
-		Shared: shared, Tenant: testenv.TenantOptions{Audit: true}})
+		Shared: shared, Tenant: devenv.TenantOptions{Audit: true}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	var args []string
 	var pprofAddr string
 	if os.Getenv("FLEET_PROFILE_DIR") != "" {
-		if pprofAddr, err = testenv.FreeAddr(); err != nil {
+		if pprofAddr, err = devenv.FreeAddr(); err != nil {
 			b.Fatal(err)
 		}
 		args = append(args, "--pprof-bind-address="+pprofAddr)
@@ -241,7 +241,7 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	last = samples[len(samples)-1]
 	minutes := t1.Sub(t0).Minutes()
 
-	mgmtReqs, err := restRequests([]string{mgmt.AuditLog}, testenv.OperatorUser, t0, t1)
+	mgmtReqs, err := restRequests([]string{mgmt.AuditLog}, devenv.OperatorUser, t0, t1)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -386,7 +386,7 @@ func sampleMemory(b *testing.B, p *operatortest.Process) memory {
 func mib(v float64) float64 { return v / (1 << 20) }
 
 // readyCount counts the Ready planes and tallies the reasons of the others.
-func readyCount(ctx context.Context, b *testing.B, mgmt *testenv.Cluster) (int, map[string]int) {
+func readyCount(ctx context.Context, b *testing.B, mgmt *devenv.Cluster) (int, map[string]int) {
 	b.Helper()
 	var list cpv1.ComputePlaneList
 	if err := mgmt.Client.List(ctx, &list); err != nil {
@@ -420,7 +420,7 @@ type requestTally struct {
 func restRequests(logs []string, user string, t0, t1 time.Time) (*requestTally, error) {
 	t := &requestTally{by: map[string]int{}}
 	for _, path := range logs {
-		events, err := testenv.ReadAudit(path)
+		events, err := devenv.ReadAudit(path)
 		if err != nil {
 			return nil, err
 		}

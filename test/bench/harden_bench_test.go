@@ -20,8 +20,8 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/netpol"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // BenchmarkHardening measures, with a real tenant apiserver per plane (the dev provider
@@ -38,7 +38,7 @@ func BenchmarkHardening(b *testing.B) {
 
 	c := mgmt.Client
 	class := op.createClass(b, ctx, "bench-harden")
-	m := testenv.NewMeans(b)
+	m := devenv.NewMeans(b)
 	defer m.Report()
 	round := 0
 	for b.Loop() {
@@ -139,7 +139,7 @@ func BenchmarkHardening(b *testing.B) {
 
 func operatorClient(b *testing.B, ctx context.Context, c client.Client, ns string) client.Client {
 	b.Helper()
-	tc, err := testenv.PlaneAdminClient(ctx, c, ns, "plane")
+	tc, err := devenv.PlaneAdminClient(ctx, c, ns, "plane")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func operatorClient(b *testing.B, ctx context.Context, c client.Client, ns strin
 // until polls cond every 5 ms (the figures are in milliseconds) and returns when it held.
 func until(b *testing.B, cond func() bool) time.Time {
 	b.Helper()
-	testenv.Poll(b, time.Minute, 5*time.Millisecond, func() error {
+	devenv.Poll(b, time.Minute, 5*time.Millisecond, func() error {
 		if cond() {
 			return nil
 		}

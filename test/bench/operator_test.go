@@ -12,16 +12,16 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/devprovider"
 	"github.com/cozystack/computeplane/test/operatortest"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // operator is a management apiserver with the operator's controllers set up on it, as
 // production runs them (4 workers, 30 s requeue), not yet started.
 type operator struct {
 	scheme *runtime.Scheme
-	mgmt   *testenv.Cluster
+	mgmt   *devenv.Cluster
 	op     *operatortest.Operator
 }
 
@@ -30,7 +30,7 @@ type operator struct {
 func newOperator(b *testing.B, ctx context.Context, wrap func(http.RoundTripper) http.RoundTripper) *operator {
 	b.Helper()
 	scheme := controllers.NewScheme()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme})
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,8 +17,8 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/operatortest"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // BenchmarkPlacementReleaseMemory: the manager's memory (the real binary, production
@@ -39,7 +39,7 @@ func BenchmarkPlacementReleaseMemory(b *testing.B) {
 	// With the webhooks, as in production: each release is stored routed and with its
 	// finalizer, so nothing but the create writes its MiB (a release the placement
 	// controller had to patch would be written twice, past etcd's 2 GiB quota).
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: controllers.NewScheme(), Webhooks: true})
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: controllers.NewScheme(), Webhooks: true})
 	if err != nil {
 		b.Fatal(err)
 	}

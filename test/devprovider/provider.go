@@ -34,7 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // KamajiControlPlaneGVK is the kind the provider reacts to (Kamaji's CAPI provider v0.20).
@@ -64,10 +64,10 @@ type Provider struct {
 	// would use protobuf for built-in kinds.
 	Shared int
 	// TenantOptions shape the tenant apiservers the provider starts (Audit, say).
-	TenantOptions testenv.TenantOptions
+	TenantOptions devenv.TenantOptions
 
 	mu      sync.Mutex
-	tenants map[types.NamespacedName]*testenv.Cluster
+	tenants map[types.NamespacedName]*devenv.Cluster
 	pool    []*sharedServer
 	views   map[types.NamespacedName]*view
 	seen    int
@@ -83,7 +83,7 @@ func (p *Provider) SetupWithManager(mgr ctrl.Manager) error {
 
 // Tenant returns the running apiserver of a KamajiControlPlane (in shared mode, the
 // apiserver its view reaches), or nil.
-func (p *Provider) Tenant(key types.NamespacedName) *testenv.Cluster {
+func (p *Provider) Tenant(key types.NamespacedName) *devenv.Cluster {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if v := p.views[key]; v != nil {
@@ -93,10 +93,10 @@ func (p *Provider) Tenant(key types.NamespacedName) *testenv.Cluster {
 }
 
 // SharedTenants returns the shared apiservers started so far (Shared), in order.
-func (p *Provider) SharedTenants() []*testenv.Cluster {
+func (p *Provider) SharedTenants() []*devenv.Cluster {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]*testenv.Cluster, len(p.pool))
+	out := make([]*devenv.Cluster, len(p.pool))
 	for i, s := range p.pool {
 		out[i] = s.tenant
 	}
@@ -198,7 +198,7 @@ func (p *Provider) reportCluster(ctx context.Context, key types.NamespacedName) 
 
 // endpointFor returns the apiserver serving the KamajiControlPlane, the endpoint to
 // report and, for a shared apiserver's view, the CA that endpoint serves with.
-func (p *Provider) endpointFor(key types.NamespacedName, kcp *unstructured.Unstructured) (*testenv.Cluster, string, []byte, error) {
+func (p *Provider) endpointFor(key types.NamespacedName, kcp *unstructured.Unstructured) (*devenv.Cluster, string, []byte, error) {
 	if p.Shared <= 0 {
 		t, err := p.ensureTenant(key)
 		if err != nil {
@@ -222,18 +222,18 @@ func (p *Provider) endpointFor(key types.NamespacedName, kcp *unstructured.Unstr
 // ensureTenant starts the KamajiControlPlane's apiserver once. Reconciles of one key
 // never run at once, so the lock is not held while an apiserver starts: several planes
 // come up side by side.
-func (p *Provider) ensureTenant(key types.NamespacedName) (*testenv.Cluster, error) {
+func (p *Provider) ensureTenant(key types.NamespacedName) (*devenv.Cluster, error) {
 	if t := p.Tenant(key); t != nil {
 		return t, nil
 	}
-	t, err := testenv.StartTenantWith(p.Scheme, p.TenantOptions)
+	t, err := devenv.StartTenantWith(p.Scheme, p.TenantOptions)
 	if err != nil {
 		return nil, fmt.Errorf("starting the tenant apiserver of %s: %w", key, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.tenants == nil {
-		p.tenants = map[types.NamespacedName]*testenv.Cluster{}
+		p.tenants = map[types.NamespacedName]*devenv.Cluster{}
 	}
 	p.tenants[key] = t
 	return t, nil
@@ -242,8 +242,8 @@ func (p *Provider) ensureTenant(key types.NamespacedName) (*testenv.Cluster, err
 // ensureAdminKubeconfig writes Kamaji's admin kubeconfig Secret once per tenant
 // apiserver: a restarted apiserver gets new certificates, so a Secret from an earlier
 // one is replaced, as Kamaji rotates it.
-func (p *Provider) ensureAdminKubeconfig(ctx context.Context, tenant *testenv.Cluster, kcp *unstructured.Unstructured, host string, caPEM []byte) (string, error) {
-	name := testenv.AdminKubeconfigSecretName(kcp.GetName())
+func (p *Provider) ensureAdminKubeconfig(ctx context.Context, tenant *devenv.Cluster, kcp *unstructured.Unstructured, host string, caPEM []byte) (string, error) {
+	name := devenv.AdminKubeconfigSecretName(kcp.GetName())
 	existing := &corev1.Secret{}
 	err := p.Client.Get(ctx, client.ObjectKey{Namespace: kcp.GetNamespace(), Name: name}, existing)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -252,7 +252,7 @@ func (p *Provider) ensureAdminKubeconfig(ctx context.Context, tenant *testenv.Cl
 	if err == nil && existing.Annotations[tenantAnnotation] == host {
 		return name, nil
 	}
-	want, kerr := testenv.AdminKubeconfigSecret(tenant, kcp.GetNamespace(), kcp.GetName())
+	want, kerr := devenv.AdminKubeconfigSecret(tenant, kcp.GetNamespace(), kcp.GetName())
 	if kerr != nil {
 		return "", kerr
 	}

@@ -18,8 +18,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/devprovider"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // TestProviderReportsLikeKamaji: a KamajiControlPlane gets a running tenant apiserver,
@@ -27,7 +27,7 @@ import (
 // kubeconfig Secret that reaches that apiserver; deleting it stops the apiserver.
 func TestProviderReportsLikeKamaji(t *testing.T) {
 	scheme := controllers.NewScheme()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme})
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestProviderReportsLikeKamaji(t *testing.T) {
 
 func poll(t *testing.T, f func() error) {
 	t.Helper()
-	testenv.Eventually(t, 30*time.Second, f)
+	devenv.Eventually(t, 30*time.Second, f)
 }
 
 // TestSharedProviderServesPlanesFromOneAPIServer: with Shared, two planes get one tenant
@@ -122,7 +122,7 @@ func poll(t *testing.T, f func() error) {
 // deleting one plane leaves the apiserver serving the other.
 func TestSharedProviderServesPlanesFromOneAPIServer(t *testing.T) {
 	scheme := controllers.NewScheme()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme})
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}

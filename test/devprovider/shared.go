@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // A shared tenant apiserver and the planes it serves (Provider.Shared).
@@ -39,7 +39,7 @@ import (
 // exactly what the canonical plane sees, and writes exactly what it writes: the same
 // names, content and field owner, so server-side apply from many planes converges.
 type sharedServer struct {
-	tenant *testenv.Cluster
+	tenant *devenv.Cluster
 	// upstream reaches the apiserver as its super-admin (system:masters), the identity
 	// the planes' admin kubeconfigs name; impersonation headers pass through.
 	upstream  *url.URL
@@ -75,8 +75,8 @@ func (v *view) close() {
 	v.server.Close()
 }
 
-func startShared(o testenv.TenantOptions, p *Provider) (*sharedServer, error) {
-	tenant, err := testenv.StartTenantWith(p.Scheme, o)
+func startShared(o devenv.TenantOptions, p *Provider) (*sharedServer, error) {
+	tenant, err := devenv.StartTenantWith(p.Scheme, o)
 	if err != nil {
 		return nil, err
 	}

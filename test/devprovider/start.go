@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // Start runs the provider in a manager of its own with cfg's rights (an admin's: the
@@ -24,7 +24,7 @@ func Start(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (p *Pr
 // Options shape a provider Start runs (the Provider fields of the same names).
 type Options struct {
 	Shared int
-	Tenant testenv.TenantOptions
+	Tenant devenv.TenantOptions
 }
 
 // StartWith is Start with options.

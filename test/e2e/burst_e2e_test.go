@@ -23,8 +23,8 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/remote"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // applierUser is who the applier kubeconfig authenticates as in a plane.
@@ -53,7 +53,7 @@ func burstSize(t *testing.T) (planes, releases int) {
 // while its gate was closed: no write by the applier between the operator's revocation
 // (the applier ServiceAccount deleted) and its re-issue, and no re-issue before the
 // drifted policy was restored. The operator acts in a plane as its admin user
-// (testenv.AdminUser); the test drifts it as another.
+// (devenv.AdminUser); the test drifts it as another.
 func TestBurstWithFlappingGates(t *testing.T) {
 	nPlanes, perPlane := burstSize(t)
 	// Bringing planes up is most of it at 50 (each a real kube-apiserver).
@@ -217,20 +217,20 @@ func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) g
 		t.Fatal(err)
 	}
 	tenant := provider.Tenant(types.NamespacedName{Namespace: p.Status.InfrastructureNamespace, Name: render.ClusterName(p)})
-	events, err := testenv.ReadAudit(tenant.AuditLog)
+	events, err := devenv.ReadAudit(tenant.AuditLog)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A request is placed at its receipt (authentication happens then), but the
 	// revocation at its completion: a write received while the deletion of the applier
 	// was still in flight raced it, and was authenticated before it took effect.
-	revocation := func(e testenv.AuditEvent) bool {
+	revocation := func(e devenv.AuditEvent) bool {
 		r := e.ObjectRef
 		return r != nil && e.Verb == "delete" && r.Subresource == "" && r.Name == remote.ApplierName &&
 			(r.Resource == "serviceaccounts" && r.Namespace == remote.ApplierNamespace ||
 				r.Resource == "rolebindings" && r.Namespace == p.Namespace)
 	}
-	when := func(e testenv.AuditEvent) time.Time {
+	when := func(e devenv.AuditEvent) time.Time {
 		if revocation(e) {
 			return e.StageTime
 		}
@@ -254,7 +254,7 @@ func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) g
 			t.Logf("plane %s: gate trail:\n%s", p.Namespace, strings.Join(trail, "\n"))
 		}
 	}()
-	applierSA := func(r *testenv.AuditObjectRef) bool {
+	applierSA := func(r *devenv.AuditObjectRef) bool {
 		return r.Resource == "serviceaccounts" && r.Namespace == remote.ApplierNamespace && r.Name == remote.ApplierName
 	}
 	for _, e := range events {
@@ -285,7 +285,7 @@ func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) g
 				t.Logf("plane %s: the applier %s %s %s/%s at %s raced the revocation (%s after the ServiceAccount's deletion completed)",
 					p.Namespace, e.Verb, r.Resource, r.Namespace, r.Name, at.Format(time.RFC3339Nano), at.Sub(closing))
 			}
-		case e.User.Username != testenv.AdminUser:
+		case e.User.Username != devenv.AdminUser:
 			// The test's own drifts.
 			if r.Resource == "validatingadmissionpolicies" && policies[r.Name] && e.Verb == "delete" {
 				missing[r.Name] = at

@@ -1,13 +1,13 @@
 package e2e
 
-import "github.com/cozystack/computeplane/test/testenv"
+import "github.com/cozystack/computeplane/internal/devenv"
 
 // chartsNamespace holds the ExternalArtifacts the suite's charts are served as.
 const chartsNamespace = "flux-charts"
 
 // charts are the Helm charts the suite installs, by name: each a Chart.yaml and
 // templates.
-var charts = map[string]testenv.Chart{
+var charts = map[string]devenv.Chart{
 	// app: one ConfigMap named like the release, holding the value it was given.
 	"app": {
 		"templates/configmap.yaml": `apiVersion: v1

@@ -37,16 +37,16 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/devprovider"
 	"github.com/cozystack/computeplane/test/operatortest"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 var (
-	mgmt     *testenv.Cluster
+	mgmt     *devenv.Cluster
 	k8s      client.Client
 	provider *devprovider.Provider
-	flux     *testenv.HelmController
+	flux     *devenv.HelmController
 	class    *cpv1.ComputePlaneClass
 )
 
@@ -68,7 +68,7 @@ func run(m *testing.M) int {
 	scheme := controllers.NewScheme()
 	_ = apiextensionsv1.AddToScheme(scheme)
 	var err error
-	mgmt, err = testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Webhooks: true, Audit: true})
+	mgmt, err = devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme, Webhooks: true, Audit: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -81,7 +81,7 @@ func run(m *testing.M) int {
 	// without taking the planes down.
 	var stopProvider func()
 	// Audited planes: the burst test reads who wrote what into each plane, and when.
-	provider, stopProvider, err = devprovider.StartWith(ctx, mgmt.Config, scheme, devprovider.Options{Tenant: testenv.TenantOptions{Audit: true}})
+	provider, stopProvider, err = devprovider.StartWith(ctx, mgmt.Config, scheme, devprovider.Options{Tenant: devenv.TenantOptions{Audit: true}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -93,13 +93,13 @@ func run(m *testing.M) int {
 	}
 	defer func() { stopOperator() }() // the operator running at the end, after restarts
 
-	stopCharts, err := testenv.ServeCharts(ctx, k8s, chartsNamespace, charts)
+	stopCharts, err := devenv.ServeCharts(ctx, k8s, chartsNamespace, charts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer stopCharts()
-	flux, err = testenv.StartHelmController(mgmt, binary)
+	flux, err = devenv.StartHelmController(mgmt, binary)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -125,7 +125,7 @@ func run(m *testing.M) int {
 	code := m.Run()
 	// Placement and teardown with the real Flux reach rights the controllers suite does
 	// not: none of them may have been refused.
-	if refused, _, err := testenv.Refused(mgmt.AuditLog); err != nil || len(refused) > 0 {
+	if refused, _, err := devenv.Refused(mgmt.AuditLog); err != nil || len(refused) > 0 {
 		fmt.Fprintf(os.Stderr, "RBAC audit: the operator was refused %v (%v): a right the controllers use is missing from the markers\n", refused, err)
 		code = 1
 	}
@@ -176,7 +176,7 @@ const settle = 60 * time.Second
 // releases), failing the test with f's last error.
 func eventually(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
-	testenv.Poll(t, timeout, 100*time.Millisecond, f)
+	devenv.Poll(t, timeout, 100*time.Millisecond, f)
 }
 
 // newPlane creates a tenant namespace and a ComputePlane in it (the dev provider brings

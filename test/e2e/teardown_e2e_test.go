@@ -21,7 +21,7 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // stages records every teardown stage (Reconciling's reason) the plane shows until it is
@@ -67,7 +67,7 @@ func TestTeardownInOrder(t *testing.T) {
 		}
 		eventually(t, settle, releaseReady(ctx, hr))
 	}
-	release := testenv.HoldCluster(t, ctx, k8s, p)
+	release := devenv.HoldCluster(t, ctx, k8s, p)
 	if err := k8s.Get(ctx, key, p); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestTeardownInOrder(t *testing.T) {
 	if i := indexOf(order, want[0]); i < 0 || indexOf(order, want[1]) < i {
 		t.Errorf("teardown stages %v: want %v in that order", order, want)
 	}
-	testenv.CheckNothingLeft(t, ctx, k8s, p, infra)
+	devenv.CheckNothingLeft(t, ctx, k8s, p, infra)
 }
 
 // checkPlaneEmptied: Flux uninstalled the releases (their objects and Helm's records are
@@ -217,7 +217,7 @@ func TestTeardownWithADeadPlane(t *testing.T) {
 	})
 	// The plane's datastore comes back (the dev provider stops the plane cleanly once
 	// its control plane is deleted, perhaps already); the rest of the teardown finishes.
-	if err := tenant.StartEtcd(); err != nil && !errors.Is(err, testenv.ErrStopped) {
+	if err := tenant.StartEtcd(); err != nil && !errors.Is(err, devenv.ErrStopped) {
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Minute, stages(ctx, key, nil))

@@ -32,9 +32,9 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/devprovider"
 	"github.com/cozystack/computeplane/test/operatortest"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // The manager's flags: production's, but for the pace (a waiting plane looks again in
@@ -47,7 +47,7 @@ var managerArgs = []string{
 
 var (
 	scheme   *runtime.Scheme
-	mgmt     *testenv.Cluster
+	mgmt     *devenv.Cluster
 	k8s      client.Client
 	provider *devprovider.Provider
 	manager  *operatortest.Process
@@ -66,7 +66,7 @@ func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	scheme = controllers.NewScheme()
 	var err error
-	if mgmt, err = testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Audit: true}); err != nil {
+	if mgmt, err = devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme, Audit: true}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -78,7 +78,7 @@ func run(m *testing.M) int {
 	// Audited planes: a test tells from a plane's log who asked it what, with which
 	// certificate.
 	// Each behind a latency proxy, so a test can make one answer slowly.
-	audited := devprovider.Options{Tenant: testenv.TenantOptions{Audit: true, Latency: true}}
+	audited := devprovider.Options{Tenant: devenv.TenantOptions{Audit: true, Latency: true}}
 	if provider, stopProvider, err = devprovider.StartWith(ctx, mgmt.Config, scheme, audited); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -105,7 +105,7 @@ func run(m *testing.M) int {
 	defer manager.Stop()
 
 	code := m.Run()
-	if refused, _, err := testenv.Refused(mgmt.AuditLog); err != nil || len(refused) > 0 {
+	if refused, _, err := devenv.Refused(mgmt.AuditLog); err != nil || len(refused) > 0 {
 		fmt.Fprintf(os.Stderr, "RBAC audit: the operator was refused %v (%v)\n", refused, err)
 		code = 1
 	}
@@ -179,11 +179,11 @@ func readyIs(ctx context.Context, p *cpv1.ComputePlane, want metav1.ConditionSta
 func waitFor(t *testing.T, timeout time.Duration, f func() error) time.Duration {
 	t.Helper()
 	start := time.Now()
-	testenv.Poll(t, timeout, 25*time.Millisecond, f)
+	devenv.Poll(t, timeout, 25*time.Millisecond, f)
 	return time.Since(start)
 }
 
-func tenantOf(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) *testenv.Cluster {
+func tenantOf(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) *devenv.Cluster {
 	t.Helper()
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
 		t.Fatal(err)

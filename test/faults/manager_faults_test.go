@@ -21,8 +21,8 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/remote"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // stageOrder is the provisioning stages in the order the reconciler runs them.
@@ -147,7 +147,7 @@ func TestManagerKilledAtEveryStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	infra := p.Status.InfrastructureNamespace
-	releaseCluster := testenv.HoldCluster(t, ctx, k8s, p)
+	releaseCluster := devenv.HoldCluster(t, ctx, k8s, p)
 	start = time.Now()
 	if err := k8s.Delete(ctx, p); err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestManagerKilledAtEveryStage(t *testing.T) {
 
 // teardownPoints names where a plane's teardown is: the stage it waits on (Reconciling's
 // reason), and each step done that the test can see. done once the plane is gone.
-func teardownPoints(ctx context.Context, p *cpv1.ComputePlane, tenant *testenv.Cluster) ([]string, bool) {
+func teardownPoints(ctx context.Context, p *cpv1.ComputePlane, tenant *devenv.Cluster) ([]string, bool) {
 	got := &cpv1.ComputePlane{}
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); apierrors.IsNotFound(err) {
 		return nil, true
@@ -200,11 +200,11 @@ func teardownPoints(ctx context.Context, p *cpv1.ComputePlane, tenant *testenv.C
 	return points, false
 }
 
-// checkNothingLeft is testenv.CheckNothingLeft, and the applier kubeconfig Secret (in
+// checkNothingLeft is devenv.CheckNothingLeft, and the applier kubeconfig Secret (in
 // the tenant namespace, which stays) is gone too.
 func checkNothingLeft(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, infra string) {
 	t.Helper()
-	testenv.CheckNothingLeft(t, ctx, k8s, p, infra)
+	devenv.CheckNothingLeft(t, ctx, k8s, p, infra)
 	if err := k8s.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the applier kubeconfig Secret is left (err=%v)", err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // TestPlaneAPIServerKilled: the plane's apiserver dies and, while it is down, another
@@ -36,7 +36,7 @@ func TestPlaneAPIServerKilled(t *testing.T) {
 	if err := tenant.StopAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	impostor, err := testenv.StartTenantWith(scheme, testenv.TenantOptions{Audit: true, SecurePort: port})
+	impostor, err := devenv.StartTenantWith(scheme, devenv.TenantOptions{Audit: true, SecurePort: port})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestPlaneAPIServerKilled(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	events, err := testenv.ReadAudit(impostor.AuditLog)
+	events, err := devenv.ReadAudit(impostor.AuditLog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,9 +193,9 @@ func TestAdminKubeconfigRotated(t *testing.T) {
 
 // rotateAdmin writes a new admin kubeconfig (a new client certificate for the same user,
 // with an extra group) into the Secret Kamaji keeps it in, as Kamaji's rotation does.
-func rotateAdmin(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, tenant *testenv.Cluster, group string) {
+func rotateAdmin(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, tenant *devenv.Cluster, group string) {
 	t.Helper()
-	fresh, err := testenv.AdminKubeconfigSecret(tenant, p.Status.InfrastructureNamespace, render.ClusterName(p), group)
+	fresh, err := devenv.AdminKubeconfigSecret(tenant, p.Status.InfrastructureNamespace, render.ClusterName(p), group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,14 +211,14 @@ func rotateAdmin(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, tenant
 
 // usedCertificate holds once the plane's audit log shows a request of the admin user
 // with the certificate that carries group.
-func usedCertificate(tenant *testenv.Cluster, group string) func() error {
+func usedCertificate(tenant *devenv.Cluster, group string) func() error {
 	return func() error {
-		events, err := testenv.ReadAudit(tenant.AuditLog)
+		events, err := devenv.ReadAudit(tenant.AuditLog)
 		if err != nil {
 			return err
 		}
 		for _, e := range events {
-			if e.User.Username == testenv.AdminUser && slices.Contains(e.User.Groups, group) {
+			if e.User.Username == devenv.AdminUser && slices.Contains(e.User.Groups, group) {
 				return nil
 			}
 		}

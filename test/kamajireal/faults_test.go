@@ -18,7 +18,7 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // TestRealKamajiFaults: what the operator does when the control plane Kamaji runs fails,
@@ -67,7 +67,7 @@ func TestRealKamajiFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	var written time.Duration
-	testenv.Poll(t, time.Minute, 50*time.Millisecond, func() error {
+	devenv.Poll(t, time.Minute, 50*time.Millisecond, func() error {
 		fresh := &corev1.Secret{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(kubeconfig), fresh); err != nil {
 			return err
@@ -105,7 +105,7 @@ func TestRealKamajiFaults(t *testing.T) {
 	if err := k8s.Delete(ctx, cert); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Poll(t, 2*time.Minute, 50*time.Millisecond, func() error {
+	devenv.Poll(t, 2*time.Minute, 50*time.Millisecond, func() error {
 		if addr, ok := b.kamaji.Runner.APIServer(infra, tcp.Name); !ok || addr == oldAddr {
 			return fmt.Errorf("the new control plane does not serve yet: %s", b.kamaji.Runner.Describe(infra, tcp.Name))
 		}
@@ -167,7 +167,7 @@ func (tl *gateTimeline) readyNow() bool {
 // first Ready one after it.
 func (tl *gateTimeline) closedAndReopened(t *testing.T, since time.Time, timeout time.Duration) (closed, reopened time.Time) {
 	t.Helper()
-	testenv.Poll(t, timeout, 50*time.Millisecond, func() error {
+	devenv.Poll(t, timeout, 50*time.Millisecond, func() error {
 		tl.mu.Lock()
 		defer tl.mu.Unlock()
 		closed, reopened = time.Time{}, time.Time{}

@@ -1,6 +1,6 @@
 // Package kamajireal runs the real Kamaji manager (v1.0.0, built by test/tools/kamaji.sh)
 // against a management apiserver and checks what it makes, with the test bed of
-// test/testenv (RealKamaji: a TLS etcd DataStore, the pod runner, the CONNECT proxy).
+// internal/devenv (RealKamaji: a TLS etcd DataStore, the pod runner, the CONNECT proxy).
 //
 // Run:
 //
@@ -39,18 +39,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/remote"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // proxy is exported to this process's environment before anything makes an HTTP request:
 // net/http reads HTTPS_PROXY once per process.
-var proxy *testenv.PlaneProxy
+var proxy *devenv.PlaneProxy
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	var err error
-	if proxy, err = testenv.StartPlaneProxy(); err != nil {
+	if proxy, err = devenv.StartPlaneProxy(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -65,8 +65,8 @@ func TestMain(m *testing.M) {
 
 // plane is a TenantControlPlane real Kamaji made Ready.
 type plane struct {
-	mgmt   *testenv.Cluster
-	kamaji *testenv.RealKamaji
+	mgmt   *devenv.Cluster
+	kamaji *devenv.RealKamaji
 	tcp    *kamajiv1alpha1.TenantControlPlane
 }
 
@@ -76,8 +76,8 @@ const ns, name = "tenant-a", "plane-a"
 // and waits for Kamaji to report it Ready.
 func startPlane(t *testing.T, ctx context.Context) *plane {
 	t.Helper()
-	bin, err := testenv.KamajiBinary()
-	if errors.Is(err, testenv.ErrNoKamaji) {
+	bin, err := devenv.KamajiBinary()
+	if errors.Is(err, devenv.ErrNoKamaji) {
 		t.Skip(err)
 	}
 	if err != nil {
@@ -85,14 +85,14 @@ func startPlane(t *testing.T, ctx context.Context) *plane {
 	}
 	// The full management cluster (the operator's CRDs, RBAC and admission policies, as
 	// the controllers suite has it): Kamaji's writes pass its policies.
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: controllers.NewScheme()})
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: controllers.NewScheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = mgmt.Stop() })
 
 	start := time.Now()
-	kamaji, err := testenv.StartRealKamaji(ctx, mgmt, testenv.RealKamajiOptions{Binary: bin, Proxy: proxy})
+	kamaji, err := devenv.StartRealKamaji(ctx, mgmt, devenv.RealKamajiOptions{Binary: bin, Proxy: proxy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,13 +136,13 @@ func startPlane(t *testing.T, ctx context.Context) *plane {
 	if err := mgmt.Client.Create(ctx, tcp); err != nil {
 		t.Fatal(err)
 	}
-	if tcp.Spec.DataStore != testenv.KamajiDataStoreName {
-		t.Errorf("spec.dataStore %q after Kamaji's defaulting webhook, want %q", tcp.Spec.DataStore, testenv.KamajiDataStoreName)
+	if tcp.Spec.DataStore != devenv.KamajiDataStoreName {
+		t.Errorf("spec.dataStore %q after Kamaji's defaulting webhook, want %q", tcp.Spec.DataStore, devenv.KamajiDataStoreName)
 	}
 
 	// Ready as the operator reads it: status.kubernetesResources.version.status.
 	var kubeconfigAt time.Duration
-	testenv.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
+	devenv.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
 		if err := kamaji.Alive(); err != nil {
 			t.Fatal(err)
 		}
@@ -176,22 +176,22 @@ func TestRealKamajiMakesAReachablePlane(t *testing.T) {
 	if err := mgmt.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tcp.Status.KubeConfig.Admin.SecretName}, secret); err != nil {
 		t.Fatal(err)
 	}
-	if secret.Name != testenv.AdminKubeconfigSecretName(name) {
-		t.Errorf("admin kubeconfig Secret %q, want %q", secret.Name, testenv.AdminKubeconfigSecretName(name))
+	if secret.Name != devenv.AdminKubeconfigSecretName(name) {
+		t.Errorf("admin kubeconfig Secret %q, want %q", secret.Name, devenv.AdminKubeconfigSecretName(name))
 	}
 
 	// What Kamaji wrote under each key: server and identity.
 	wantServer := map[string]string{
-		testenv.AdminKubeconfigKey:         "https://" + tcp.Status.ControlPlaneEndpoint,
-		testenv.SuperAdminKubeconfigKey:    "https://" + tcp.Status.ControlPlaneEndpoint,
-		testenv.AdminSvcKubeconfigKey:      fmt.Sprintf("https://%s.%s.svc:%d", name, ns, tcp.Spec.NetworkProfile.Port),
-		testenv.SuperAdminSvcKubeconfigKey: fmt.Sprintf("https://%s.%s.svc:%d", name, ns, tcp.Spec.NetworkProfile.Port),
+		devenv.AdminKubeconfigKey:         "https://" + tcp.Status.ControlPlaneEndpoint,
+		devenv.SuperAdminKubeconfigKey:    "https://" + tcp.Status.ControlPlaneEndpoint,
+		devenv.AdminSvcKubeconfigKey:      fmt.Sprintf("https://%s.%s.svc:%d", name, ns, tcp.Spec.NetworkProfile.Port),
+		devenv.SuperAdminSvcKubeconfigKey: fmt.Sprintf("https://%s.%s.svc:%d", name, ns, tcp.Spec.NetworkProfile.Port),
 	}
 	wantUser := map[string]string{
-		testenv.AdminKubeconfigKey:         "CN=kubernetes-admin O=[kubeadm:cluster-admins]",
-		testenv.AdminSvcKubeconfigKey:      "CN=kubernetes-admin O=[kubeadm:cluster-admins]",
-		testenv.SuperAdminKubeconfigKey:    "CN=kubernetes-super-admin O=[system:masters]",
-		testenv.SuperAdminSvcKubeconfigKey: "CN=kubernetes-super-admin O=[system:masters]",
+		devenv.AdminKubeconfigKey:         "CN=kubernetes-admin O=[kubeadm:cluster-admins]",
+		devenv.AdminSvcKubeconfigKey:      "CN=kubernetes-admin O=[kubeadm:cluster-admins]",
+		devenv.SuperAdminKubeconfigKey:    "CN=kubernetes-super-admin O=[system:masters]",
+		devenv.SuperAdminSvcKubeconfigKey: "CN=kubernetes-super-admin O=[system:masters]",
 	}
 	keys := make([]string, 0, len(secret.Data))
 	for k := range secret.Data {
@@ -199,7 +199,7 @@ func TestRealKamajiMakesAReachablePlane(t *testing.T) {
 	}
 	sort.Strings(keys)
 	t.Logf("%s keys: %v", secret.Name, keys)
-	for _, key := range []string{testenv.AdminKubeconfigKey, testenv.AdminSvcKubeconfigKey, testenv.SuperAdminKubeconfigKey, testenv.SuperAdminSvcKubeconfigKey} {
+	for _, key := range []string{devenv.AdminKubeconfigKey, devenv.AdminSvcKubeconfigKey, devenv.SuperAdminKubeconfigKey, devenv.SuperAdminSvcKubeconfigKey} {
 		server, user, err := describeKubeconfig(secret.Data[key])
 		if err != nil {
 			t.Errorf("%s: %v", key, err)
@@ -222,7 +222,7 @@ func TestRealKamajiMakesAReachablePlane(t *testing.T) {
 	for _, domain := range []string{"svc", "svc.cluster.local"} {
 		servers = append(servers, fmt.Sprintf("https://%s.%s.%s:%d", name, ns, domain, tcp.Spec.NetworkProfile.Port))
 	}
-	for _, key := range []string{testenv.AdminKubeconfigKey, testenv.AdminSvcKubeconfigKey, testenv.SuperAdminKubeconfigKey, testenv.SuperAdminSvcKubeconfigKey} {
+	for _, key := range []string{devenv.AdminKubeconfigKey, devenv.AdminSvcKubeconfigKey, devenv.SuperAdminKubeconfigKey, devenv.SuperAdminSvcKubeconfigKey} {
 		cred, err := remote.ParseAdminKubeconfig(secret.Data[key], servers)
 		if err != nil {
 			t.Errorf("the operator refuses Kamaji's %s: %v", key, err)
@@ -230,12 +230,12 @@ func TestRealKamajiMakesAReachablePlane(t *testing.T) {
 		}
 		t.Logf("the operator accepts %s: server %s, identity %s", key, cred.Server, cred.Identity)
 	}
-	cred, err := remote.ParseAdminKubeconfig(secret.Data[testenv.SuperAdminSvcKubeconfigKey], servers)
+	cred, err := remote.ParseAdminKubeconfig(secret.Data[devenv.SuperAdminSvcKubeconfigKey], servers)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cred.Identity != testenv.AdminUser {
-		t.Errorf("identity of super-admin.svc as the operator reads it: %s, want %s", cred.Identity, testenv.AdminUser)
+	if cred.Identity != devenv.AdminUser {
+		t.Errorf("identity of super-admin.svc as the operator reads it: %s, want %s", cred.Identity, devenv.AdminUser)
 	}
 
 	// The plane, through the credential the operator parsed from super-admin.svc and
@@ -270,7 +270,7 @@ func TestRealKamajiMakesAReachablePlane(t *testing.T) {
 	// kubeadm:cluster-admins binding, which Kamaji's soot manager creates in the plane
 	// (controllers/soot/manager.go, kubeadm phase ClusterAdminRBAC) once it is Ready,
 	// itself reaching the plane through the proxy.
-	acfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[testenv.AdminKubeconfigKey])
+	acfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[devenv.AdminKubeconfigKey])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestRealKamajiMakesAReachablePlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, time.Minute, func() error {
+	devenv.Eventually(t, time.Minute, func() error {
 		return admin.List(ctx, &corev1.NamespaceList{})
 	})
 	t.Logf("kubernetes-admin lists namespaces through %s (the ClusterIP, via the proxy)", acfg.Host)
@@ -302,7 +302,7 @@ func TestRealKamajiRenewsTheAPIServerCertificate(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: p.tcp.Status.KubeConfig.Admin.SecretName}, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig.Data[testenv.SuperAdminSvcKubeconfigKey])
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig.Data[devenv.SuperAdminSvcKubeconfigKey])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestRealKamajiRenewsTheAPIServerCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	var newSerial string
-	testenv.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
+	devenv.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
 		if err := p.kamaji.Alive(); err != nil {
 			t.Fatal(err)
 		}
@@ -358,7 +358,7 @@ func TestRealKamajiRenewsTheAPIServerCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, func() error { return plane.List(ctx, &corev1.NamespaceList{}) })
+	devenv.Eventually(t, 30*time.Second, func() error { return plane.List(ctx, &corev1.NamespaceList{}) })
 	close(stop)
 	<-sampled
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, dep); err != nil {
@@ -368,7 +368,7 @@ func TestRealKamajiRenewsTheAPIServerCertificate(t *testing.T) {
 		oldSerial, newSerial, renewed.Round(time.Millisecond), oldGeneration, dep.Generation, oldAddr, mustAddr(p.kamaji.Runner.APIServer(ns, name)))
 	t.Logf("TenantControlPlane version status samples during the renewal: %v", statuses)
 	tcp := &kamajiv1alpha1.TenantControlPlane{}
-	testenv.Eventually(t, 30*time.Second, func() error {
+	devenv.Eventually(t, 30*time.Second, func() error {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tcp); err != nil {
 			return err
 		}
@@ -400,14 +400,14 @@ func TestRealKamajiPlaneCrashesAndIsDeleted(t *testing.T) {
 	if err := p.kamaji.Runner.Kill(ns, name); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, time.Minute, func() error {
+	devenv.Eventually(t, time.Minute, func() error {
 		if s := status(); s != kamajiv1alpha1.VersionNotReady {
 			return fmt.Errorf("version status %s after the kill, want NotReady", s)
 		}
 		return nil
 	})
 	notReady := time.Since(killed)
-	testenv.Eventually(t, time.Minute, func() error {
+	devenv.Eventually(t, time.Minute, func() error {
 		if s := status(); s != kamajiv1alpha1.VersionReady {
 			return fmt.Errorf("version status %s, want Ready again; %s", s, p.kamaji.Runner.Describe(ns, name))
 		}
@@ -419,7 +419,7 @@ func TestRealKamajiPlaneCrashesAndIsDeleted(t *testing.T) {
 	if err := c.Delete(ctx, p.tcp); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, time.Minute, func() error {
+	devenv.Eventually(t, time.Minute, func() error {
 		tcp := &kamajiv1alpha1.TenantControlPlane{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(p.tcp), tcp); err == nil {
 			return fmt.Errorf("TenantControlPlane still there, finalizers %v; Kamaji log ends:\n%s", tcp.Finalizers, p.kamaji.LogTail(5))
@@ -431,7 +431,7 @@ func TestRealKamajiPlaneCrashesAndIsDeleted(t *testing.T) {
 	gone := time.Since(deleted)
 	// The pod runner plays the garbage collector for the Deployment: the plane stops,
 	// and its addresses are routed nowhere.
-	testenv.Eventually(t, time.Minute, func() error {
+	devenv.Eventually(t, time.Minute, func() error {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("the Deployment after its TenantControlPlane is gone: %v", err)
 		}
@@ -451,16 +451,16 @@ func TestRealKamajiPlaneCrashesAndIsDeleted(t *testing.T) {
 // when something else holds the port, StartRealKamaji says so instead of starting a
 // Kamaji that would exit (or mistaking the other server for it).
 func TestRealKamajiRefusesABusyWebhookPort(t *testing.T) {
-	l, err := net.Listen("tcp", fmt.Sprintf(":%d", testenv.KamajiWebhookPort))
+	l, err := net.Listen("tcp", fmt.Sprintf(":%d", devenv.KamajiWebhookPort))
 	if err != nil {
-		t.Skipf("port %d is busy already: %v", testenv.KamajiWebhookPort, err)
+		t.Skipf("port %d is busy already: %v", devenv.KamajiWebhookPort, err)
 	}
 	defer l.Close()
 	// Nothing is started before the port is checked: no apiserver or binary is needed.
-	mgmt := &testenv.Cluster{Env: &envtest.Environment{BinaryAssetsDirectory: t.TempDir()}}
-	_, err = testenv.StartRealKamaji(context.Background(), mgmt, testenv.RealKamajiOptions{Binary: "/nonexistent/kamaji", Proxy: proxy})
+	mgmt := &devenv.Cluster{Env: &envtest.Environment{BinaryAssetsDirectory: t.TempDir()}}
+	_, err = devenv.StartRealKamaji(context.Background(), mgmt, devenv.RealKamajiOptions{Binary: "/nonexistent/kamaji", Proxy: proxy})
 	if err == nil || !strings.Contains(err.Error(), "is in use") {
-		t.Fatalf("StartRealKamaji with port %d taken: %v, want an error saying it is in use", testenv.KamajiWebhookPort, err)
+		t.Fatalf("StartRealKamaji with port %d taken: %v, want an error saying it is in use", devenv.KamajiWebhookPort, err)
 	}
 	t.Log(err)
 }

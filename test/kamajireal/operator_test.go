@@ -22,10 +22,10 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/internal/devenv"
+	"github.com/cozystack/computeplane/internal/devenv/capistandin"
 	"github.com/cozystack/computeplane/remote"
-	"github.com/cozystack/computeplane/test/capistandin"
 	"github.com/cozystack/computeplane/test/operatortest"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // bed is the operator on real Kamaji: the management apiserver with the operator's
@@ -33,9 +33,9 @@ import (
 // provider and Cluster API core, the operator as its ServiceAccount, and the real Flux
 // helm-controller with the suite's charts.
 type bed struct {
-	mgmt   *testenv.Cluster
-	kamaji *testenv.RealKamaji
-	flux   *testenv.HelmController
+	mgmt   *devenv.Cluster
+	kamaji *devenv.RealKamaji
+	flux   *devenv.HelmController
 	class  *cpv1.ComputePlaneClass
 }
 
@@ -45,32 +45,32 @@ const chartsNamespace = "flux-charts"
 // built (make test builds both).
 func startBed(t *testing.T, ctx context.Context) *bed {
 	t.Helper()
-	bin, err := testenv.KamajiBinary()
-	if errors.Is(err, testenv.ErrNoKamaji) {
+	bin, err := devenv.KamajiBinary()
+	if errors.Is(err, devenv.ErrNoKamaji) {
 		t.Skip(err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	fluxBin := testenv.FluxHelmControllerBinary()
+	fluxBin := devenv.FluxHelmControllerBinary()
 	if fluxBin == "" {
 		t.Skip("the Flux helm-controller is not built: run test/tools/flux.sh (`make test` does), or set FLUX_HELM_CONTROLLER to its output")
 	}
 	scheme := controllers.NewScheme()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme, Webhooks: true, Audit: true})
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme, Webhooks: true, Audit: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		// On the real Kamaji's objects the operator reaches rights the dev provider's
 		// suites do not: none of them may have been refused.
-		if refused, _, err := testenv.Refused(mgmt.AuditLog); err != nil || len(refused) > 0 {
+		if refused, _, err := devenv.Refused(mgmt.AuditLog); err != nil || len(refused) > 0 {
 			t.Errorf("RBAC audit: the operator was refused %v (%v): a right the controllers use is missing from the markers", refused, err)
 		}
 		_ = mgmt.Stop()
 	})
 	b := &bed{mgmt: mgmt}
-	if b.kamaji, err = testenv.StartRealKamaji(ctx, mgmt, testenv.RealKamajiOptions{Binary: bin, Proxy: proxy}); err != nil {
+	if b.kamaji, err = devenv.StartRealKamaji(ctx, mgmt, devenv.RealKamajiOptions{Binary: bin, Proxy: proxy}); err != nil {
 		t.Fatal(err)
 	}
 	b.kamaji.KeepDir = t.Failed()
@@ -93,7 +93,7 @@ func startBed(t *testing.T, ctx context.Context) *bed {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = op.Stop() })
-	stopCharts, err := testenv.ServeCharts(ctx, mgmt.Client, chartsNamespace, map[string]testenv.Chart{
+	stopCharts, err := devenv.ServeCharts(ctx, mgmt.Client, chartsNamespace, map[string]devenv.Chart{
 		"app": {"templates/configmap.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  value: {{ .Values.value | default \"v1\" | quote }}\n"},
 		// The class's CNI add-on: one ConfigMap (nothing runs pods here).
 		"cni": {"templates/configmap.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cni\ndata:\n  installed: \"true\"\n"},
@@ -104,7 +104,7 @@ func startBed(t *testing.T, ctx context.Context) *bed {
 	t.Cleanup(stopCharts)
 	// Flux inherits this process's HTTPS_PROXY (TestMain): it reaches the plane at the
 	// address the applier kubeconfig names, Kamaji's .svc name.
-	if b.flux, err = testenv.StartHelmController(mgmt, fluxBin); err != nil {
+	if b.flux, err = devenv.StartHelmController(mgmt, fluxBin); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -178,7 +178,7 @@ func TestOperatorOnRealKamaji(t *testing.T) {
 	if err := k8s.Create(ctx, hr); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
+	devenv.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
 		got := &helmv2.HelmRelease{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(hr), got); err != nil {
 			return err
@@ -205,7 +205,7 @@ func TestOperatorOnRealKamaji(t *testing.T) {
 	if err := k8s.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
+	devenv.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
 		err := plane.Get(ctx, client.ObjectKey{Namespace: "notebooks", Name: "notebook"}, &corev1.ConfigMap{})
 		if err == nil {
 			return errors.New("the release's ConfigMap is still in the plane")
@@ -219,7 +219,7 @@ func TestOperatorOnRealKamaji(t *testing.T) {
 		}
 		return nil
 	})
-	testenv.Poll(t, 3*time.Minute, 200*time.Millisecond, func() error {
+	devenv.Poll(t, 3*time.Minute, 200*time.Millisecond, func() error {
 		got := &cpv1.ComputePlane{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("the ComputePlane is still there (%v): %s", err, describeConditions(got.Status.Conditions))
@@ -257,7 +257,7 @@ func (b *bed) readyPlane(t *testing.T, ctx context.Context, tenant string) (*cpv
 		t.Fatal(err)
 	}
 	var tcpReady time.Duration // when Kamaji first reported its TenantControlPlane Ready
-	testenv.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
+	devenv.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
 		got := &cpv1.ComputePlane{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
 			return err
@@ -281,7 +281,7 @@ func (b *bed) readyPlane(t *testing.T, ctx context.Context, tenant string) (*cpv
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: p.Status.InfrastructureNamespace, Name: render.ClusterName(p)}, tcp); err != nil {
 		t.Fatal(err)
 	}
-	if tcp.Status.KubeConfig.Admin.SecretName != render.ClusterName(p)+"-admin-kubeconfig" || tcp.Spec.DataStore != testenv.KamajiDataStoreName {
+	if tcp.Status.KubeConfig.Admin.SecretName != render.ClusterName(p)+"-admin-kubeconfig" || tcp.Spec.DataStore != devenv.KamajiDataStoreName {
 		t.Errorf("TenantControlPlane: admin kubeconfig %q, dataStore %q", tcp.Status.KubeConfig.Admin.SecretName, tcp.Spec.DataStore)
 	}
 	secret := &corev1.Secret{}

@@ -1,5 +1,5 @@
 // Package operatortest runs the operator's manager in a suite's or benchmark's process,
-// against a testenv management cluster, as its ServiceAccount.
+// against a devenv management cluster, as its ServiceAccount.
 package operatortest
 
 import (
@@ -20,7 +20,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/cozystack/computeplane/controllers"
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // Options shape an operator a suite or benchmark runs in its process.
@@ -51,7 +51,7 @@ type Operator struct {
 // New sets the operator's controllers (and webhooks, when o.Webhooks, served
 // where the management Cluster's webhook configurations point) up on mgmt; Start runs
 // it. Several may run in one process, one after another (a restart).
-func New(ctx context.Context, mgmt *testenv.Cluster, o Options) (*Operator, error) {
+func New(ctx context.Context, mgmt *devenv.Cluster, o Options) (*Operator, error) {
 	if mgmt.OperatorConfig == nil {
 		return nil, errors.New("the management cluster has no operator identity (started Bare)")
 	}
@@ -71,7 +71,7 @@ func New(ctx context.Context, mgmt *testenv.Cluster, o Options) (*Operator, erro
 		// operator takes the lease over from the one it replaces.
 		LeaderElection:                true,
 		LeaderElectionID:              controllers.LeaderElectionIDFor(o.Shard.Selector),
-		LeaderElectionNamespace:       testenv.OperatorNamespace,
+		LeaderElectionNamespace:       devenv.OperatorNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(true), RecoverPanic: o.RecoverPanic},
 	}
@@ -90,7 +90,7 @@ func New(ctx context.Context, mgmt *testenv.Cluster, o Options) (*Operator, erro
 }
 
 // Start sets the operator up and runs it.
-func Start(ctx context.Context, mgmt *testenv.Cluster, o Options) (*Operator, error) {
+func Start(ctx context.Context, mgmt *devenv.Cluster, o Options) (*Operator, error) {
 	op, err := New(ctx, mgmt, o)
 	if err != nil {
 		return nil, err

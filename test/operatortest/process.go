@@ -20,11 +20,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // Process is the shipped manager binary (cmd/manager) running as its own process against
-// a testenv management cluster, as the operator's ServiceAccount: what the Deployment
+// a devenv management cluster, as the operator's ServiceAccount: what the Deployment
 // runs. A fault test can SIGKILL it mid-stage, and a benchmark can read its memory
 // without the test's own allocations mixed in.
 type Process struct {
@@ -74,7 +74,7 @@ var build struct {
 // another test binary is running keeps its own copy), never one more per run.
 func ManagerBinary() (string, error) {
 	build.once.Do(func() {
-		root, err := testenv.RepoRoot()
+		root, err := devenv.RepoRoot()
 		if err != nil {
 			build.err = err
 			return
@@ -107,7 +107,7 @@ func ManagerBinary() (string, error) {
 // namespace, as deployed) and returns once it is ready (its caches synced and, with
 // webhooks, its webhook server serving). Leading is another matter: a successor of a
 // killed manager waits for the lease to expire (WaitLeading).
-func StartProcess(ctx context.Context, mgmt *testenv.Cluster, o ProcessOptions) (*Process, error) {
+func StartProcess(ctx context.Context, mgmt *devenv.Cluster, o ProcessOptions) (*Process, error) {
 	bin, err := ManagerBinary()
 	if err != nil {
 		return nil, err
@@ -129,18 +129,18 @@ func StartProcess(ctx context.Context, mgmt *testenv.Cluster, o ProcessOptions) 
 	if err := writeKubeconfig(mgmt, kubeconfig); err != nil {
 		return nil, err
 	}
-	metricsAddr, err := testenv.FreeAddr()
+	metricsAddr, err := devenv.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	probeAddr, err := testenv.FreeAddr()
+	probeAddr, err := devenv.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
 	args := []string{
 		"--metrics-bind-address=" + metricsAddr, "--metrics-secure=false",
 		"--health-probe-bind-address=" + probeAddr,
-		"--leader-elect=true", "--leader-election-namespace=" + testenv.OperatorNamespace,
+		"--leader-elect=true", "--leader-election-namespace=" + devenv.OperatorNamespace,
 	}
 	if o.Webhooks {
 		w := mgmt.Env.WebhookInstallOptions
@@ -378,7 +378,7 @@ func (p *Process) Tail() string {
 
 // writeKubeconfig writes the operator identity's credentials (the envtest user's client
 // certificate) as the kubeconfig the manager reads, as a pod's token would be.
-func writeKubeconfig(mgmt *testenv.Cluster, path string) error {
+func writeKubeconfig(mgmt *devenv.Cluster, path string) error {
 	c := mgmt.OperatorConfig
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["management"] = &clientcmdapi.Cluster{Server: c.Host, CertificateAuthorityData: c.CAData}

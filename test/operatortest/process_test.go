@@ -10,8 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/operatortest"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // TestProcessIsTheShippedManager: the binary runs as the operator's ServiceAccount, takes
@@ -19,7 +19,7 @@ import (
 // a successor must wait out), unlike a graceful stop.
 func TestProcessIsTheShippedManager(t *testing.T) {
 	ctx := context.Background()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: controllers.NewScheme()})
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: controllers.NewScheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,8 +43,8 @@ func TestProcessIsTheShippedManager(t *testing.T) {
 	}
 
 	lease := &coordinationv1.Lease{}
-	key := client.ObjectKey{Namespace: testenv.OperatorNamespace, Name: controllers.LeaderElectionIDFor(nil)}
-	testenv.Eventually(t, 30*time.Second, func() error {
+	key := client.ObjectKey{Namespace: devenv.OperatorNamespace, Name: controllers.LeaderElectionIDFor(nil)}
+	devenv.Eventually(t, 30*time.Second, func() error {
 		if err := mgmt.Client.Get(ctx, key, lease); err != nil {
 			return err
 		}

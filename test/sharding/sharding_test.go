@@ -28,8 +28,8 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/operatortest"
-	"github.com/cozystack/computeplane/test/testenv"
 )
 
 // statusWrites counts one manager's writes to each plane's status.
@@ -56,7 +56,7 @@ func (w *statusWrites) of(key client.ObjectKey) int {
 	return w.n[key.String()]
 }
 
-func startShard(t *testing.T, ctx context.Context, mgmt *testenv.Cluster, selector string, webhooks bool) *statusWrites {
+func startShard(t *testing.T, ctx context.Context, mgmt *devenv.Cluster, selector string, webhooks bool) *statusWrites {
 	t.Helper()
 	sel, err := labels.Parse(selector)
 	if err != nil {
@@ -86,7 +86,7 @@ func TestEachPlaneHasOneShard(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: controllers.NewScheme(), Webhooks: true})
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: controllers.NewScheme(), Webhooks: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestEachPlaneHasOneShard(t *testing.T) {
 	}
 	for _, p := range []*cpv1.ComputePlane{unsharded, sharded} {
 		request(p, "first")
-		testenv.Eventually(t, time.Minute, handled(p, "first"))
+		devenv.Eventually(t, time.Minute, handled(p, "first"))
 	}
 	// writesBetween reports each manager's status writes to p while f runs.
 	writesBetween := func(p *cpv1.ComputePlane, f func()) (byMain, byShard1 int) {
@@ -162,7 +162,7 @@ func TestEachPlaneHasOneShard(t *testing.T) {
 		t.Helper()
 		m, s := writesBetween(p, func() {
 			request(p, stamp)
-			testenv.Eventually(t, time.Minute, handled(p, stamp))
+			devenv.Eventually(t, time.Minute, handled(p, stamp))
 		})
 		if wantMain && (m == 0 || s != 0) || !wantMain && (s == 0 || m != 0) {
 			t.Errorf("%s: status writes by the main manager %d, by shard1 %d", what, m, s)
@@ -182,6 +182,6 @@ func TestEachPlaneHasOneShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	request(unsharded, "moved")
-	testenv.Eventually(t, time.Minute, handled(unsharded, "moved"))
+	devenv.Eventually(t, time.Minute, handled(unsharded, "moved"))
 	check("a plane moved to shard1", unsharded, "after-move", false)
 }

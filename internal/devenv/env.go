@@ -1,4 +1,4 @@
-package testenv
+package devenv
 
 import (
 	"errors"
@@ -74,7 +74,7 @@ func (c *Cluster) Stop() error {
 }
 
 // ErrStopped is returned by etcd faults on a cluster already stopped as a whole.
-var ErrStopped = errors.New("testenv: the cluster is stopped")
+var ErrStopped = errors.New("devenv: the cluster is stopped")
 
 // StopEtcd stops the cluster's etcd while its apiserver keeps running, as when a
 // datastore dies: the apiserver still answers /version, but nothing that needs storage.

@@ -1,4 +1,4 @@
-package testenv
+package devenv
 
 import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"

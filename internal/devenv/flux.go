@@ -1,4 +1,4 @@
-package testenv
+package devenv
 
 import (
 	"archive/tar"

@@ -1,4 +1,4 @@
-package testenv_test
+package devenv_test
 
 import (
 	"crypto/x509"
@@ -12,7 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // chartLabels are what the chart adds to every object (release bookkeeping); nothing
@@ -78,15 +78,15 @@ func withoutImage(u *unstructured.Unstructured) *unstructured.Unstructured {
 // and the Namespace object, which Helm leaves to --create-namespace. A rule added to one
 // and not the other fails here.
 func TestChartInstallsWhatKustomizeInstalls(t *testing.T) {
-	root, err := testenv.RepoRoot()
+	root, err := devenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	kustomized, err := testenv.Render(root)
+	kustomized, err := devenv.Render(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	charted, err := testenv.RenderChart(root, testenv.OperatorNamespace)
+	charted, err := devenv.RenderChart(root, devenv.OperatorNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,12 +125,12 @@ func TestChartInstallsWhatKustomizeInstalls(t *testing.T) {
 // certificate in the Secret the manager mounts, for the webhook Service's name in the
 // release namespace.
 func TestChartSelfSignedWebhookCertificate(t *testing.T) {
-	root, err := testenv.RepoRoot()
+	root, err := devenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	const ns = "platform-ops"
-	objs, err := testenv.RenderChart(root, ns, "certManager.enabled=false")
+	objs, err := devenv.RenderChart(root, ns, "certManager.enabled=false")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,11 +214,11 @@ func TestChartSelfSignedWebhookCertificate(t *testing.T) {
 // would fight it over them), while the main one keeps the planes without a shard key
 // and alone serves admission.
 func TestChartShards(t *testing.T) {
-	root, err := testenv.RepoRoot()
+	root, err := devenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := testenv.RenderChart(root, testenv.OperatorNamespace, "sharding.shards={shard1,shard2}")
+	objs, err := devenv.RenderChart(root, devenv.OperatorNamespace, "sharding.shards={shard1,shard2}")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package testenv_test
+package devenv_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cozystack/computeplane/controllers"
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // TestManagementHasRealUpstreamCRDs proves that the management apiserver serves our CRDs
@@ -29,7 +29,7 @@ func TestManagementHasRealUpstreamCRDs(t *testing.T) {
 	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	mgmt, err := testenv.StartManagement(testenv.ManagementOptions{Scheme: scheme})
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,13 +111,13 @@ func TestManagementHasRealUpstreamCRDs(t *testing.T) {
 // through an admin kubeconfig Secret shaped as Kamaji writes it.
 func TestTenantAdminKubeconfig(t *testing.T) {
 	scheme := controllers.NewScheme()
-	tenant, err := testenv.StartTenant(scheme)
+	tenant, err := devenv.StartTenant(scheme)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tenant.Stop() })
 
-	secret, err := testenv.AdminKubeconfigSecret(tenant, "cp-team-a", "team-a")
+	secret, err := devenv.AdminKubeconfigSecret(tenant, "cp-team-a", "team-a")
 	if err != nil {
 		t.Fatal(err)
 	}

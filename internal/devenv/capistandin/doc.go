@@ -15,7 +15,7 @@
 //   - The garbage collector, for the objects those two make with owner references
 //     (envtest runs no kube-controller-manager).
 //
-// Real Kamaji (test/testenv.RealKamaji) does the rest: the TenantControlPlane's status, its
+// Real Kamaji (test/devenv.RealKamaji) does the rest: the TenantControlPlane's status, its
 // certificates and kubeconfigs, and its control plane (run by the pod runner). Nothing here
 // writes a TenantControlPlane's status or a Kamaji Secret. KubeVirt and CAPK's machines
 // are not stood in for: node groups' MachineDeployments are left as applied.

@@ -1,4 +1,4 @@
-package testenv_test
+package devenv_test
 
 import (
 	"bytes"
@@ -15,15 +15,15 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/computeplane/controllers"
-	"github.com/cozystack/computeplane/test/testenv"
+	"github.com/cozystack/computeplane/internal/devenv"
 )
 
 // TestShippedPoliciesNameTheOperator renders config/default as users install it and
 // checks that the finalizer guard lets through exactly the operator's ServiceAccount
-// there (the tests run the operator under testenv.OperatorUser, which must be that
+// there (the tests run the operator under devenv.OperatorUser, which must be that
 // name), and that its binding points at it after kustomize's renames.
 func TestShippedPoliciesNameTheOperator(t *testing.T) {
-	root, err := testenv.RepoRoot()
+	root, err := devenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +59,8 @@ func TestShippedPoliciesNameTheOperator(t *testing.T) {
 	}
 	sa, _, _ := unstructured.NestedString(deployment.Object, "spec", "template", "spec", "serviceAccountName")
 	user := "system:serviceaccount:" + deployment.GetNamespace() + ":" + sa
-	if user != testenv.OperatorUser {
-		t.Errorf("the operator installs as %s; the tests run it as %s", user, testenv.OperatorUser)
+	if user != devenv.OperatorUser {
+		t.Errorf("the operator installs as %s; the tests run it as %s", user, devenv.OperatorUser)
 	}
 	for _, name := range []string{"computeplane-finalizer-guard", "computeplane-placement-guard", "computeplane-namespace-guard"} {
 		policy := policies[name]
@@ -91,11 +91,11 @@ func TestShippedPoliciesNameTheOperator(t *testing.T) {
 // cluster-wide right on Secrets; the role it binds itself per namespace is shipped under
 // the name its `bind` right names.
 func TestShippedRBACHoldsNoClusterWideSecrets(t *testing.T) {
-	root, err := testenv.RepoRoot()
+	root, err := devenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := testenv.Render(root)
+	objs, err := devenv.Render(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestShippedRBACHoldsNoClusterWideSecrets(t *testing.T) {
 	bound := 0
 	for _, b := range bindings {
 		for _, s := range b.Subjects {
-			if "system:serviceaccount:"+s.Namespace+":"+s.Name != testenv.OperatorUser {
+			if "system:serviceaccount:"+s.Namespace+":"+s.Name != devenv.OperatorUser {
 				continue
 			}
 			bound++

@@ -1,4 +1,4 @@
-package testenv
+package devenv
 
 import (
 	"errors"
@@ -112,7 +112,7 @@ func (p *latencyProxy) close() {
 
 // ErrNoLatencyProxy is returned by SetLatency on a cluster started without
 // TenantOptions.Latency.
-var ErrNoLatencyProxy = errors.New("testenv: the cluster was started without TenantOptions.Latency")
+var ErrNoLatencyProxy = errors.New("devenv: the cluster was started without TenantOptions.Latency")
 
 // SetLatency holds back every chunk a client sends to the cluster's apiserver by d from
 // now on (0: none), on connections open already too.

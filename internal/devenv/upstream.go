@@ -1,8 +1,8 @@
-// Package testenv starts real kube-apiservers for tests, benchmarks and the demo: a
+// Package devenv starts real kube-apiservers for tests, benchmarks and the demo: a
 // management cluster with the ComputePlane CRDs and the real upstream CRDs (Cluster API,
 // Kamaji, its CAPI provider, CAPK, Cilium, Flux) read from the pinned upstream modules,
 // and independent tenant clusters standing in for Kamaji control planes.
-package testenv
+package devenv
 
 import (
 	"bufio"
