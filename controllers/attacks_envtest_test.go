@@ -56,23 +56,11 @@ func readyPlane(t *testing.T, ctx context.Context, class *cpv1.ComputePlaneClass
 
 // gateClosed checks that the plane is not Ready and its applier credential is gone.
 func gateClosed(ctx context.Context, p *cpv1.ComputePlane) func() error {
-	return func() error {
-		got := &cpv1.ComputePlane{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
-			return err
-		}
-		if apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
-			return errors.New("Ready is still True")
-		}
-		if err := k8s.Get(ctx, applierSecretKey(p), &corev1.Secret{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("the applier credential is still issued (err=%v)", err)
-		}
-		return nil
-	}
+	return devenv.GateClosed(ctx, k8s, p)
 }
 
 func applierSecretKey(p *cpv1.ComputePlane) client.ObjectKey {
-	return client.ObjectKey{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}
+	return client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}
 }
 
 // deployerClient uses an applier kubeconfig as Flux does: impersonating the deployer.

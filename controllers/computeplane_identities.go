@@ -28,10 +28,6 @@ const (
 	IdentitiesFailedReason = "IdentitiesNotVerified"
 )
 
-// ApplierSecretName is the applier kubeconfig Secret in the tenant namespace, which
-// placement releases reference as spec.kubeConfig.secretRef.
-func ApplierSecretName(p *cpv1.ComputePlane) string { return p.Name + "-applier-kubeconfig" }
-
 // reconcileIdentities creates the deployers and the applier in the plane, reads them
 // back (content, not existence: an added rule or subject grants something), and keeps
 // the applier kubeconfig Secret in the tenant namespace: a token from the TokenRequest
@@ -106,7 +102,7 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
 	if found.changed != "" {
-		what := fmt.Sprintf("Secret %s/%s (%s)", p.Namespace, ApplierSecretName(p), found.changed)
+		what := fmt.Sprintf("Secret %s/%s (%s)", p.Namespace, render.ApplierSecretName(p), found.changed)
 		if wasVerified {
 			// Flux may already be applying with what the Secret now holds: the gate closes
 			// (revoking the applier's tokens) and a new credential is written.
@@ -135,7 +131,7 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 	s.observe(cpv1.IdentitiesCondition, stageTrue(cpv1.SucceededReason, fmt.Sprintf(
 		"deployer %s/%s may deploy into %v; applier %s/%s may only impersonate it; its kubeconfig Secret %s expires at %s and is renewed at %s",
 		p.Namespace, remote.DeployerName, placementNamespaces(p), remote.ApplierNamespace, remote.ApplierName,
-		ApplierSecretName(p), expires.UTC().Format(time.RFC3339), rotateAt.UTC().Format(time.RFC3339))))
+		render.ApplierSecretName(p), expires.UTC().Format(time.RFC3339), rotateAt.UTC().Format(time.RFC3339))))
 	return ctrl.Result{RequeueAfter: max(time.Until(rotateAt), time.Second)}, nil
 }
 
@@ -184,7 +180,7 @@ func (r *ComputePlaneReconciler) inspectApplierSecret(ctx context.Context, s *sc
 		return applierFound{}, err
 	}
 	secret := &corev1.Secret{}
-	switch err := r.secretsIn(ctx, p.Namespace).get(ApplierSecretName(p), secret); {
+	switch err := r.secretsIn(ctx, p.Namespace).get(render.ApplierSecretName(p), secret); {
 	case apierrors.IsNotFound(err):
 		return applierFound{}, nil
 	case err != nil:
@@ -242,7 +238,7 @@ func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *sco
 // last wrote or found it: one read of it, no parse.
 func (r *ComputePlaneReconciler) applierSecretAsLeft(ctx context.Context, p *cpv1.ComputePlane) (bool, error) {
 	secret := &corev1.Secret{}
-	switch err := r.secretsIn(ctx, p.Namespace).get(ApplierSecretName(p), secret); {
+	switch err := r.secretsIn(ctx, p.Namespace).get(render.ApplierSecretName(p), secret); {
 	case apierrors.IsNotFound(err):
 		return false, nil
 	case err != nil:
@@ -276,7 +272,7 @@ func (r *ComputePlaneReconciler) writeApplierSecret(ctx context.Context, s *scop
 	}
 	secret := found.secret
 	if secret == nil {
-		secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: ApplierSecretName(p)}}
+		secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}}
 	}
 	secret.Labels = applierLabels(p)
 	secret.Annotations = map[string]string{
@@ -319,7 +315,7 @@ func (r *ComputePlaneReconciler) revokeApplierCredential(ctx context.Context, s 
 	var revoked []string
 	secret := &corev1.Secret{}
 	secrets := r.secretsIn(ctx, p.Namespace)
-	switch err := secrets.get(ApplierSecretName(p), secret); {
+	switch err := secrets.get(render.ApplierSecretName(p), secret); {
 	case apierrors.IsNotFound(err):
 	case errors.Is(err, errNamespaceTerminating):
 		// The Secret goes with its namespace; the token dies with the ServiceAccount below.

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers/render"
 )
 
 // +kubebuilder:rbac:groups=kustomize.toolkit.fluxcd.io,resources=kustomizations,verbs=list
@@ -134,7 +135,7 @@ func (v *ComputePlaneValidator) noFluxObjectNamesTheCredential(ctx context.Conte
 			if errs := credentialErrors(kind, placement, suspectNames(o.Object), []cpv1.ComputePlane{*p}); len(errs) > 0 {
 				return apierrors.NewForbidden(cpv1.GroupVersion.WithResource("computeplanes").GroupResource(), p.Name,
 					fmt.Errorf("%s %s/%s already names %s, the applier kubeconfig this ComputePlane would get (%s); remove that reference first",
-						kind, o.GetNamespace(), o.GetName(), ApplierSecretName(p), errs[0].Field))
+						kind, o.GetNamespace(), o.GetName(), render.ApplierSecretName(p), errs[0].Field))
 			}
 		}
 	}

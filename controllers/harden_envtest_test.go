@@ -31,6 +31,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/netpol"
 	"github.com/cozystack/computeplane/remote"
@@ -225,7 +226,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 	var (
 		tc            = tenant.Client
 		operator      = operatorClient(t, ctx, p)
-		secretKey     = client.ObjectKey{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}
+		secretKey     = client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}
 		applierSecret = &corev1.Secret{}
 	)
 

@@ -23,6 +23,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 )
 
@@ -57,7 +58,7 @@ func TestPlacementRoutedAtAdmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	kc := hr.Spec.KubeConfig
-	if kc == nil || kc.SecretRef == nil || kc.SecretRef.Name != controllers.ApplierSecretName(p) || kc.SecretRef.Key != "value" ||
+	if kc == nil || kc.SecretRef == nil || kc.SecretRef.Name != render.ApplierSecretName(p) || kc.SecretRef.Key != "value" ||
 		hr.Spec.ServiceAccountName != "computeplane-deployer" || hr.Spec.TargetNamespace != p.Namespace ||
 		hr.Spec.StorageNamespace != p.Namespace || hr.Spec.Install == nil || hr.Spec.Install.CreateNamespace ||
 		!controllerutil.ContainsFinalizer(hr, cpv1.PlacementFinalizer) {
@@ -89,7 +90,7 @@ func TestPlacementRefusals(t *testing.T) {
 	defer cancel()
 	p := planeWithClass(t, ctx, newClass("refuse-"+rand.String(6)), func(p *cpv1.ComputePlane) { p.Spec.PlacementNamespaces = []string{"notebooks"} })
 	ns := p.Namespace
-	secret := controllers.ApplierSecretName(p)
+	secret := render.ApplierSecretName(p)
 	cases := []struct {
 		name string
 		hr   *helmv2.HelmRelease
@@ -211,7 +212,7 @@ func TestPlacementNeverStoredUnrouted(t *testing.T) {
 				continue
 			}
 			seen[hr.Name] = true
-			if kc := hr.Spec.KubeConfig; kc == nil || kc.SecretRef == nil || kc.SecretRef.Name != controllers.ApplierSecretName(p) ||
+			if kc := hr.Spec.KubeConfig; kc == nil || kc.SecretRef == nil || kc.SecretRef.Name != render.ApplierSecretName(p) ||
 				hr.Spec.ServiceAccountName == "" || hr.Spec.TargetNamespace == "" {
 				t.Errorf("%s event for %s without routing: %+v", ev.Type, hr.Name, hr.Spec)
 			}

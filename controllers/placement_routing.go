@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/remote"
 )
 
@@ -24,7 +25,7 @@ type placementRoute struct {
 func routeFor(p *cpv1.ComputePlane) placementRoute {
 	targets := placementNamespaces(p)
 	sort.Strings(targets)
-	return placementRoute{namespace: p.Namespace, secret: ApplierSecretName(p), targets: targets}
+	return placementRoute{namespace: p.Namespace, secret: render.ApplierSecretName(p), targets: targets}
 }
 
 // isPlacement reports whether a HelmRelease (as a JSON object) is a placement release.

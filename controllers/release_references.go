@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers/render"
 )
 
 // applierSecretSuffix ends the name of every plane's applier kubeconfig Secret, the one
@@ -68,7 +69,7 @@ func suspectNames(obj map[string]any) []namedString {
 func credentialErrors(kind string, placement bool, suspects []namedString, planes []cpv1.ComputePlane) field.ErrorList {
 	var errs field.ErrorList
 	for _, s := range suspects {
-		i := slices.IndexFunc(planes, func(p cpv1.ComputePlane) bool { return ApplierSecretName(&p) == s.value })
+		i := slices.IndexFunc(planes, func(p cpv1.ComputePlane) bool { return render.ApplierSecretName(&p) == s.value })
 		if i < 0 || (placement && s.path == kubeConfigSecretPath) {
 			continue
 		}

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 )
 
@@ -92,7 +92,7 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 			continue // the admin credential: Secrets are never cached
 		}
 		if ev.Verb == "get" && ev.ObjectRef.Resource == "secrets" && ev.ObjectRef.Namespace == p.Namespace &&
-			ev.ObjectRef.Name == controllers.ApplierSecretName(p) {
+			ev.ObjectRef.Name == render.ApplierSecretName(p) {
 			continue // the applier Secret: the tenant may write it and no watch reports it
 		}
 		if ev.ObjectRef.Resource == "events" {

@@ -18,6 +18,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/controllers/render"
 )
 
 var fluxRolesOnce sync.Once
@@ -77,7 +78,7 @@ func TestAttackFluxObjectsNameThePlanesCredential(t *testing.T) {
 	defer cancel()
 	p := planeWithClass(t, ctx, newClass("creds-"+rand.String(6)))
 	ns := p.Namespace
-	secret := controllers.ApplierSecretName(p)
+	secret := render.ApplierSecretName(p)
 	tenant := fluxTenant(t, ctx, ns, "mallory")
 	applier := &meta.KubeConfigReference{SecretRef: &meta.SecretKeyReference{Name: secret, Key: "value"}}
 	fromCredential := []helmv2.ValuesReference{{Kind: "Secret", Name: secret, ValuesKey: "value"}}

@@ -113,3 +113,7 @@ func hashOf(v any) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
+
+// ApplierSecretName is the applier kubeconfig Secret in the tenant namespace, which
+// placement releases reference as spec.kubeConfig.secretRef.
+func ApplierSecretName(p *cpv1.ComputePlane) string { return p.Name + "-applier-kubeconfig" }

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/netpol"
@@ -119,7 +118,7 @@ func BenchmarkHardening(b *testing.B) {
 		// The plane's etcd dies while its apiserver stays up: the gate must close (and
 		// the applier credential go), then reopen once etcd is back.
 		plane := provider.Tenant(types.NamespacedName{Namespace: infra, Name: "plane"})
-		secretKey := client.ObjectKey{Namespace: ns, Name: controllers.ApplierSecretName(p)}
+		secretKey := client.ObjectKey{Namespace: ns, Name: render.ApplierSecretName(p)}
 		start = time.Now()
 		if err := plane.StopEtcd(); err != nil {
 			b.Fatal(err)

@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/remote"
@@ -151,7 +150,7 @@ func flap(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, n int) int {
 	plane := planeClient(t, ctx, p)
 	names := remote.PolicyNames()
 	done := 0
-	secretKey := client.ObjectKey{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}
+	secretKey := client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}
 	for i := range n {
 		time.Sleep(time.Duration(500+rand.IntN(1500)) * time.Millisecond)
 		before := &corev1.Secret{}

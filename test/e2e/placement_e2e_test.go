@@ -28,7 +28,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/rand"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -179,37 +178,15 @@ func eventually(t testing.TB, timeout time.Duration, f func() error) {
 	devenv.Poll(t, timeout, 100*time.Millisecond, f)
 }
 
-// newPlane creates a tenant namespace and a ComputePlane in it (the dev provider brings
-// a real plane apiserver up for it), with the placement namespace "notebooks".
+// newPlane creates a tenant namespace and a ComputePlane of the suite's class in it
+// (the dev provider brings a real plane apiserver up for it).
 func newPlane(t testing.TB, ctx context.Context, mut ...func(*cpv1.ComputePlane)) *cpv1.ComputePlane {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant-" + rand.String(6)}}
-	if err := k8s.Create(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	p := &cpv1.ComputePlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "plane"},
-		Spec: cpv1.ComputePlaneSpec{ClassName: class.Name, PlacementNamespaces: []string{"notebooks"},
-			NodeGroups: map[string]cpv1.NodeGroup{"workers": {MinReplicas: 0, MaxReplicas: 2, InstanceType: "u1.medium"}}}}
-	for _, m := range mut {
-		m(p)
-	}
-	if err := k8s.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return devenv.NewTenantPlane(t, ctx, k8s, class.Name, mut...)
 }
 
 func planeReady(ctx context.Context, p *cpv1.ComputePlane) func() error {
-	return func() error {
-		got := &cpv1.ComputePlane{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
-			return err
-		}
-		if !apimeta.IsStatusConditionTrue(got.Status.Conditions, cpv1.ReadyCondition) {
-			return fmt.Errorf("plane not Ready: %+v", apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReadyCondition))
-		}
-		return nil
-	}
+	return devenv.ReadyIs(ctx, k8s, p, metav1.ConditionTrue)
 }
 
 // planeClient talks to the plane's apiserver as its administrator (what the test
@@ -389,7 +366,7 @@ func TestClosedGateHoldsUpgradesAndDeletions(t *testing.T) {
 	}
 
 	setMaxReplicas(t, ctx, p, 99) // closes the gate
-	secret := client.ObjectKey{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}
+	secret := client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}
 	eventually(t, settle, func() error {
 		if err := k8s.Get(ctx, secret, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("applier credential still issued (err=%v)", err)
@@ -462,7 +439,7 @@ func TestCredentialRotationMidInstall(t *testing.T) {
 	p := newPlane(t, ctx)
 	eventually(t, settle, planeReady(ctx, p))
 	plane := planeClient(t, ctx, p)
-	secretKey := client.ObjectKey{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}
+	secretKey := client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}
 	secret := &corev1.Secret{}
 	if err := k8s.Get(ctx, secretKey, secret); err != nil {
 		t.Fatal(err)

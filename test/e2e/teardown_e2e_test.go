@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 )
@@ -138,7 +137,7 @@ func checkManagementBeforeCluster(t *testing.T, ctx context.Context, p *cpv1.Com
 	if err := k8s.List(ctx, &hrs, client.InNamespace(p.Namespace)); err != nil || len(hrs.Items) != 0 {
 		t.Errorf("%d placement releases left (err=%v)", len(hrs.Items), err)
 	}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the applier credential is still there (err=%v)", err)
 	}
 	var cnps ciliumv2.CiliumNetworkPolicyList

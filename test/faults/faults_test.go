@@ -10,7 +10,6 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,12 +18,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/rand"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -145,36 +141,6 @@ func printFigures() {
 	fmt.Println(strings.Join(figures.rows, "\n"))
 }
 
-func newPlane(t *testing.T, ctx context.Context) *cpv1.ComputePlane {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant-" + rand.String(6)}}
-	if err := k8s.Create(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	p := &cpv1.ComputePlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "plane"},
-		Spec: cpv1.ComputePlaneSpec{ClassName: class.Name, PlacementNamespaces: []string{"notebooks"},
-			NodeGroups: map[string]cpv1.NodeGroup{"workers": {MinReplicas: 0, MaxReplicas: 2, InstanceType: "u1.medium"}}}}
-	if err := k8s.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// readyIs reports whether the plane's Ready condition has the status, and the condition.
-func readyIs(ctx context.Context, p *cpv1.ComputePlane, want metav1.ConditionStatus) func() error {
-	return func() error {
-		got := &cpv1.ComputePlane{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
-			return err
-		}
-		c := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReadyCondition)
-		if c == nil || c.Status != want || c.ObservedGeneration != got.Generation {
-			return fmt.Errorf("Ready is not %s: %+v", want, c)
-		}
-		return nil
-	}
-}
-
 // waitFor polls f every 25 ms and returns how long it took to hold.
 func waitFor(t *testing.T, timeout time.Duration, f func() error) time.Duration {
 	t.Helper()
@@ -195,11 +161,16 @@ func tenantOf(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) *devenv.C
 	return tenant
 }
 
+func newPlane(t *testing.T, ctx context.Context) *cpv1.ComputePlane {
+	t.Helper()
+	return devenv.NewTenantPlane(t, ctx, k8s, class.Name)
+}
+
+func readyIs(ctx context.Context, p *cpv1.ComputePlane, want metav1.ConditionStatus) func() error {
+	return devenv.ReadyIs(ctx, k8s, p, want)
+}
+
 // gateClosed checks what a closed gate means for placement: no applier kubeconfig.
 func gateClosed(ctx context.Context, p *cpv1.ComputePlane) error {
-	err := k8s.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}, &corev1.Secret{})
-	if err == nil {
-		return errors.New("the applier kubeconfig Secret is still there")
-	}
-	return client.IgnoreNotFound(err)
+	return devenv.ApplierRevoked(ctx, k8s, p)()
 }

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/remote"
@@ -70,7 +69,7 @@ func provisioningPoints(ctx context.Context, p *cpv1.ComputePlane) (points []str
 	if tenant.Client.Get(ctx, client.ObjectKey{Namespace: remote.ApplierNamespace, Name: remote.ApplierName}, &corev1.ServiceAccount{}) == nil {
 		points = append(points, "applier ServiceAccount in the plane")
 	}
-	if k8s.Get(ctx, client.ObjectKey{Namespace: got.Namespace, Name: controllers.ApplierSecretName(got)}, &corev1.Secret{}) == nil {
+	if k8s.Get(ctx, client.ObjectKey{Namespace: got.Namespace, Name: render.ApplierSecretName(got)}, &corev1.Secret{}) == nil {
 		points = append(points, "applier kubeconfig Secret written")
 	}
 	return points, false
@@ -179,7 +178,7 @@ func teardownPoints(ctx context.Context, p *cpv1.ComputePlane, tenant *devenv.Cl
 	if rec := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReconcilingCondition); rec != nil && rec.Reason != cpv1.DeletingReason {
 		points = append(points, rec.Reason)
 	}
-	if apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}, &corev1.Secret{})) {
+	if apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}, &corev1.Secret{})) {
 		points = append(points, "applier kubeconfig Secret deleted")
 	}
 	if apierrors.IsNotFound(tenant.Client.Get(ctx, client.ObjectKey{Namespace: remote.ApplierNamespace, Name: remote.ApplierName}, &corev1.ServiceAccount{})) {
@@ -205,7 +204,7 @@ func teardownPoints(ctx context.Context, p *cpv1.ComputePlane, tenant *devenv.Cl
 func checkNothingLeft(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, infra string) {
 	t.Helper()
 	devenv.CheckNothingLeft(t, ctx, k8s, p, infra)
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the applier kubeconfig Secret is left (err=%v)", err)
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 )
@@ -39,9 +38,9 @@ func TestRealKamajiFaults(t *testing.T) {
 	defer cancel()
 	b := startBed(t, ctx)
 	k8s := b.mgmt.Client
-	p, tcp, kubeconfig := b.readyPlane(t, ctx, "tenant-f")
+	p, tcp, kubeconfig := b.readyPlane(t, ctx)
 	infra := tcp.Namespace
-	applier := client.ObjectKey{Namespace: p.Namespace, Name: controllers.ApplierSecretName(p)}
+	applier := client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}
 	if err := k8s.Get(ctx, applier, &corev1.Secret{}); err != nil {
 		t.Fatalf("no applier credential while the plane is Ready: %v", err)
 	}

@@ -142,7 +142,7 @@ func TestOperatorOnRealKamaji(t *testing.T) {
 	b := startBed(t, ctx)
 	k8s := b.mgmt.Client
 
-	p, tcp, secret := b.readyPlane(t, ctx, "tenant-k")
+	p, tcp, secret := b.readyPlane(t, ctx)
 	infra := p.Status.InfrastructureNamespace
 	if tcp.Labels[cpv1.PlaneUIDLabel] != string(p.UID) {
 		t.Errorf("the provider did not copy the KamajiControlPlane's labels onto the TenantControlPlane: %v", tcp.Labels)
@@ -243,19 +243,11 @@ func TestOperatorOnRealKamaji(t *testing.T) {
 // readyPlane creates a tenant namespace and a ComputePlane in it and waits for it to be
 // Ready on the TenantControlPlane real Kamaji made; it returns the plane, the
 // TenantControlPlane and Kamaji's admin kubeconfig Secret.
-func (b *bed) readyPlane(t *testing.T, ctx context.Context, tenant string) (*cpv1.ComputePlane, *kamajiv1alpha1.TenantControlPlane, *corev1.Secret) {
+func (b *bed) readyPlane(t *testing.T, ctx context.Context) (*cpv1.ComputePlane, *kamajiv1alpha1.TenantControlPlane, *corev1.Secret) {
 	t.Helper()
 	k8s := b.mgmt.Client
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant}}); err != nil {
-		t.Fatal(err)
-	}
-	p := &cpv1.ComputePlane{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "plane"},
-		Spec: cpv1.ComputePlaneSpec{ClassName: b.class.Name, PlacementNamespaces: []string{"notebooks"},
-			NodeGroups: map[string]cpv1.NodeGroup{"workers": {MinReplicas: 0, MaxReplicas: 2, InstanceType: "u1.medium"}}}}
 	created := time.Now()
-	if err := k8s.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	p := devenv.NewTenantPlane(t, ctx, k8s, b.class.Name)
 	var tcpReady time.Duration // when Kamaji first reported its TenantControlPlane Ready
 	devenv.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
 		got := &cpv1.ComputePlane{}
