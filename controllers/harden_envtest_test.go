@@ -195,11 +195,19 @@ func eventuallyDenied(t *testing.T, do func() error, want string) {
 	})
 }
 
-// TestHardeningOnARealPlane hardens a second, real apiserver through a Kamaji-shaped
-// admin kubeconfig and checks that the plane's own admission chain enforces it.
-func TestHardeningOnARealPlane(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+// hardening is a plane the operator hardened on a tenant apiserver of the test's own,
+// Ready, with what the subtests share.
+type hardening struct {
+	tenant        *devenv.Cluster
+	p             *cpv1.ComputePlane
+	key           client.ObjectKey
+	tc, operator  client.Client
+	secretKey     client.ObjectKey
+	applierSecret *corev1.Secret
+}
+
+func hardenedPlane(t *testing.T, ctx context.Context) *hardening {
+	t.Helper()
 	tenant, err := devenv.StartTenant(k8s.Scheme())
 	if err != nil {
 		t.Fatal(err)
@@ -222,13 +230,17 @@ func TestHardeningOnARealPlane(t *testing.T) {
 	eventually(t, settle, conditionIs(ctx, key, cpv1.EgressCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 
-	// Shared by the subtests, which run in order against the one plane.
-	var (
-		tc            = tenant.Client
-		operator      = operatorClient(t, ctx, p)
-		secretKey     = client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}
-		applierSecret = &corev1.Secret{}
-	)
+	return &hardening{tenant: tenant, p: p, key: key, tc: tenant.Client, operator: operatorClient(t, ctx, p),
+		secretKey: client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}, applierSecret: &corev1.Secret{}}
+}
+
+// TestHardeningOnARealPlane hardens a second, real apiserver through a Kamaji-shaped
+// admin kubeconfig and checks that the plane's own admission chain enforces it.
+func TestHardeningOnARealPlane(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	h := hardenedPlane(t, ctx)
+	tenant, p, key, tc, operator, secretKey, applierSecret := h.tenant, h.p, h.key, h.tc, h.operator, h.secretKey, h.applierSecret
 
 	t.Run("egress baseline in the infrastructure namespace, restored when deleted", func(t *testing.T) {
 		// The egress baseline is in the infrastructure namespace, accepted by the real Cilium
@@ -461,6 +473,70 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		checkApplier(t, ctx, applierSecret, p.Namespace)
 	})
 
+	t.Run("a tenant admin sees its plane, not the admin kubeconfig", func(t *testing.T) {
+		// A tenant with admin in its namespace sees its plane, not the admin kubeconfig.
+		tenantRBAC(t, ctx, p)
+	})
+
+	t.Run("a Ready plane reconciles with no write and no event", func(t *testing.T) {
+		// A Ready plane is quiet: reconciling it again (hardening read-back, egress, identities
+		// included) writes nothing to the management cluster and emits no event.
+		counting, writes := countingClient(t, reconciler.Client)
+		recorder := events.NewFakeRecorder(10)
+		quiet := &controllers.ComputePlaneReconciler{Client: counting, APIReader: k8s, Addons: reconciler.Addons, Events: recorder,
+			RequeueInterval: time.Minute, TokenLifetime: time.Hour,
+			Planes: &remote.ClusterCache{Scheme: k8s.Scheme(), Timeout: 2 * time.Second, ProbeInterval: 2 * time.Second, Grace: time.Second}}
+		for i := range 2 {
+			if _, err := quiet.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+				t.Fatalf("reconcile %d of a Ready plane: %v", i, err)
+			}
+		}
+		if n := writes.Load(); n != 0 {
+			t.Errorf("reconciling a Ready plane made %d writes, want 0", n)
+		}
+		if n := len(recorder.Events); n != 0 {
+			t.Errorf("reconciling a Ready plane emitted %d events: %v", n, <-recorder.Events)
+		}
+	})
+
+	t.Run("only the operator's add-on releases reference an admin kubeconfig", func(t *testing.T) {
+		var hrs helmv2.HelmReleaseList
+		if err := k8s.List(ctx, &hrs); err != nil {
+			t.Fatal(err)
+		}
+		for _, hr := range hrs.Items {
+			// Every plane's admin kubeconfig is referenced only from its own infrastructure
+			// namespace, by the operator's add-on releases.
+			kc := hr.Spec.KubeConfig
+			if kc == nil || kc.SecretRef == nil || !strings.HasSuffix(kc.SecretRef.Name, "-admin-kubeconfig") {
+				continue
+			}
+			owner := planeOfLabels(hr.Labels)
+			inPlace := owner.UID != "" && hr.Namespace == infraOf(owner)
+			if !inPlace || hr.Labels["computeplane.cozystack.io/addon-role"] == "" {
+				t.Errorf("HelmRelease %s/%s references the admin kubeconfig but is not an operator add-on", hr.Namespace, hr.Name)
+			}
+		}
+	})
+}
+
+// TestApplierCredentialLifecycle: on a hardened plane, the applier's token is rotated in
+// place near its expiry, a deleted applier ServiceAccount is recreated and the credential
+// re-issued, and closing the gate revokes the credential while reopening re-issues it.
+// The subtests run in order: each starts from the credential the previous one left.
+func TestApplierCredentialLifecycle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	h := hardenedPlane(t, ctx)
+	p, key, tc, operator, secretKey, applierSecret := h.p, h.key, h.tc, h.operator, h.secretKey, h.applierSecret
+
+	t.Run("the applier kubeconfig is issued", func(t *testing.T) {
+		eventually(t, settle, conditionIs(ctx, key, cpv1.IdentitiesCondition, metav1.ConditionTrue, cpv1.SucceededReason))
+		if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("a token near its expiry is rotated in place", func(t *testing.T) {
 		// Rotation: a token nearing its expiry is replaced (the test moves the recorded
 		// expiry forward in time instead of waiting), without the Secret going away.
@@ -556,52 +632,15 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		}
 		checkApplier(t, ctx, applierSecret, p.Namespace)
 	})
+}
 
-	t.Run("a tenant admin sees its plane, not the admin kubeconfig", func(t *testing.T) {
-		// A tenant with admin in its namespace sees its plane, not the admin kubeconfig.
-		tenantRBAC(t, ctx, p)
-	})
-
-	t.Run("a Ready plane reconciles with no write and no event", func(t *testing.T) {
-		// A Ready plane is quiet: reconciling it again (hardening read-back, egress, identities
-		// included) writes nothing to the management cluster and emits no event.
-		counting, writes := countingClient(t, reconciler.Client)
-		recorder := events.NewFakeRecorder(10)
-		quiet := &controllers.ComputePlaneReconciler{Client: counting, APIReader: k8s, Addons: reconciler.Addons, Events: recorder,
-			RequeueInterval: time.Minute, TokenLifetime: time.Hour,
-			Planes: &remote.ClusterCache{Scheme: k8s.Scheme(), Timeout: 2 * time.Second, ProbeInterval: 2 * time.Second, Grace: time.Second}}
-		for i := range 2 {
-			if _, err := quiet.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
-				t.Fatalf("reconcile %d of a Ready plane: %v", i, err)
-			}
-		}
-		if n := writes.Load(); n != 0 {
-			t.Errorf("reconciling a Ready plane made %d writes, want 0", n)
-		}
-		if n := len(recorder.Events); n != 0 {
-			t.Errorf("reconciling a Ready plane emitted %d events: %v", n, <-recorder.Events)
-		}
-	})
-
-	t.Run("only the operator's add-on releases reference an admin kubeconfig", func(t *testing.T) {
-		var hrs helmv2.HelmReleaseList
-		if err := k8s.List(ctx, &hrs); err != nil {
-			t.Fatal(err)
-		}
-		for _, hr := range hrs.Items {
-			// Every plane's admin kubeconfig is referenced only from its own infrastructure
-			// namespace, by the operator's add-on releases.
-			kc := hr.Spec.KubeConfig
-			if kc == nil || kc.SecretRef == nil || !strings.HasSuffix(kc.SecretRef.Name, "-admin-kubeconfig") {
-				continue
-			}
-			owner := planeOfLabels(hr.Labels)
-			inPlace := owner.UID != "" && hr.Namespace == infraOf(owner)
-			if !inPlace || hr.Labels["computeplane.cozystack.io/addon-role"] == "" {
-				t.Errorf("HelmRelease %s/%s references the admin kubeconfig but is not an operator add-on", hr.Namespace, hr.Name)
-			}
-		}
-	})
+// TestUnreachablePlaneClosesTheGate: a hardened plane whose apiserver goes away closes
+// its gate with a reason after the grace, revokes the credential, and does not churn.
+func TestUnreachablePlaneClosesTheGate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	h := hardenedPlane(t, ctx)
+	tenant, key, secretKey := h.tenant, h.key, h.secretKey
 
 	t.Run("an unreachable plane closes the gate, with no hot loop", func(t *testing.T) {
 		// The plane's apiserver goes away: the gate closes with a reason, after the grace.
