@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
@@ -18,11 +17,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -79,6 +76,9 @@ type ComputePlaneReconciler struct {
 	PassTimeout time.Duration
 
 	controller controller.Controller
+
+	// state is what the reconciler remembers of each plane between passes.
+	state planeStates
 
 	progressMu sync.Mutex
 	// progress is how far each plane's teardown has come, by stage index.
@@ -183,19 +183,8 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 	r.controller = c
 	// Inside each plane, watch what the hardening owns: a namespace created or relabelled,
 	// a policy deleted, reconciles the plane at once.
-	var queue atomic.Pointer[workqueue.TypedRateLimitingInterface[ctrl.Request]]
-	if err := c.Watch(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[ctrl.Request]) error {
-		queue.Store(&q)
-		return nil
-	})); err != nil {
+	if err := c.Watch(r.Planes.Source()); err != nil {
 		return err
-	}
-	r.Planes.OnChange = func(key types.NamespacedName) {
-		// Before the controller starts there is nothing to tell: it reconciles every
-		// plane when it does.
-		if q := queue.Load(); q != nil {
-			(*q).Add(ctrl.Request{NamespacedName: key})
-		}
 	}
 	return nil
 }

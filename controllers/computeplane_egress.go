@@ -33,7 +33,7 @@ func (r *ComputePlaneReconciler) reconcileEgress(ctx context.Context, s *scope) 
 		return ctrl.Result{}, err
 	}
 	key := client.ObjectKeyFromObject(p)
-	wasVerified := r.Planes.WasVerified(key, cpv1.EgressCondition, apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.EgressCondition))
+	wasVerified := r.wasVerified(key, cpv1.EgressCondition, apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.EgressCondition))
 	if len(changed) > 0 && wasVerified {
 		return r.reportDrift(s, key, cpv1.EgressCondition, describePolicies(changed), func() {
 			s.observe(cpv1.EgressCondition, stageFalse(DriftedReason,
@@ -41,7 +41,7 @@ func (r *ComputePlaneReconciler) reconcileEgress(ctx context.Context, s *scope) 
 		}), nil
 	}
 	if len(changed) > 0 {
-		if wait := r.Planes.RepairWait(key, time.Now()); wait > 0 {
+		if wait := r.repairWait(key, time.Now()); wait > 0 {
 			s.waiting = true
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
@@ -62,7 +62,7 @@ func (r *ComputePlaneReconciler) reconcileEgress(ctx context.Context, s *scope) 
 			return ctrl.Result{RequeueAfter: r.jitter()}, nil
 		}
 	}
-	r.Planes.SetVerified(key, cpv1.EgressCondition, true)
+	r.setVerified(key, cpv1.EgressCondition, true)
 	internet := "denied"
 	if class.Spec.Egress.Internet == cpv1.InternetAllow {
 		internet = "allowed"

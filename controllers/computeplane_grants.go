@@ -71,7 +71,7 @@ func (r *ComputePlaneReconciler) reconcileGrants(ctx context.Context, s *scope) 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	wasVerified := r.Planes.WasVerified(key, cpv1.NetworkPoliciesCondition,
+	wasVerified := r.wasVerified(key, cpv1.NetworkPoliciesCondition,
 		apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.NetworkPoliciesCondition))
 	if !ok && wasVerified && r.lastGrantsApplied(key) == hash {
 		// The grants did not change, the policy did: someone else's hand.
@@ -80,7 +80,7 @@ func (r *ComputePlaneReconciler) reconcileGrants(ctx context.Context, s *scope) 
 		}), nil
 	}
 	if !ok {
-		if wait := r.Planes.RepairWait(key, time.Now()); wait > 0 {
+		if wait := r.repairWait(key, time.Now()); wait > 0 {
 			s.waiting = true
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
@@ -97,7 +97,7 @@ func (r *ComputePlaneReconciler) reconcileGrants(ctx context.Context, s *scope) 
 		}
 	}
 	r.grantsApplied(key, hash)
-	r.Planes.SetVerified(key, cpv1.NetworkPoliciesCondition, true)
+	r.setVerified(key, cpv1.NetworkPoliciesCondition, true)
 	s.observe(cpv1.NetworkPoliciesCondition, stageTrue(cpv1.SucceededReason, fmt.Sprintf(
 		"CiliumNetworkPolicy %s/%s: %s", ns, name, summary)))
 	return ctrl.Result{}, nil

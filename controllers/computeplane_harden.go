@@ -73,7 +73,7 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	ctrl.LoggerFrom(ctx).V(1).Info("reading the plane in full", "reason", why, "mark", s.read.mark)
 	posture := postureFor(s.plane, s.class, plane.Identity)
 
-	wasVerified := r.Planes.WasVerified(key, cpv1.PodSecurityCondition, verified(s.plane))
+	wasVerified := r.wasVerified(key, cpv1.PodSecurityCondition, verified(s.plane))
 	found, err := remote.Inspect(ctx, plane.Client, posture)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -90,7 +90,7 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	}
 
 	if found.Drifted() {
-		if wait := r.Planes.RepairWait(key, time.Now()); wait > 0 {
+		if wait := r.repairWait(key, time.Now()); wait > 0 {
 			// A repeated drift backs off: keep the conditions it set and repair later.
 			s.waiting = true
 			return ctrl.Result{RequeueAfter: wait}, nil
@@ -139,7 +139,7 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
 		}
 	}
-	r.Planes.SetVerified(key, cpv1.PodSecurityCondition, true)
+	r.setVerified(key, cpv1.PodSecurityCondition, true)
 	// The plane's objects are watched; this periodic look is a safety net for a missed
 	// event (a watch re-established after the plane was unreachable, say).
 	return ctrl.Result{RequeueAfter: r.jitter()}, nil
@@ -181,8 +181,8 @@ func planeFingerprint(s *scope) string {
 // the first time, later when drifts repeat, so another writer fighting the operator
 // cannot turn it (and the credential the gate revokes and re-issues) into a hot loop.
 func (r *ComputePlaneReconciler) reportDrift(s *scope, key client.ObjectKey, stage string, what []string, observe func()) ctrl.Result {
-	r.Planes.SetVerified(key, stage, false)
-	delay, n := r.Planes.DriftDelay(key, time.Now())
+	r.setVerified(key, stage, false)
+	delay, n := r.driftDelay(key, time.Now())
 	msg := "The plane drifted: " + strings.Join(what, "; ")
 	if n > 1 {
 		msg += fmt.Sprintf(" (drift %d in a row: something keeps changing what the operator owns; restoring in %s)", n, delay.Round(time.Millisecond))

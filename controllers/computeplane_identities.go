@@ -58,14 +58,14 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	wasVerified := r.Planes.WasVerified(key, cpv1.IdentitiesCondition, apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.IdentitiesCondition))
+	wasVerified := r.wasVerified(key, cpv1.IdentitiesCondition, apimeta.IsStatusConditionTrue(p.Status.Conditions, cpv1.IdentitiesCondition))
 	if len(changed) > 0 && wasVerified {
 		return r.reportDrift(s, key, cpv1.IdentitiesCondition, changed, func() {
 			s.observe(cpv1.IdentitiesCondition, stageFalse(DriftedReason, "%s removed or changed; restoring", strings.Join(changed, ", ")))
 		}), nil
 	}
 	if len(changed) > 0 {
-		if wait := r.Planes.RepairWait(key, time.Now()); wait > 0 {
+		if wait := r.repairWait(key, time.Now()); wait > 0 {
 			s.waiting = true
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
@@ -110,7 +110,7 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 				s.observe(cpv1.IdentitiesCondition, stageFalse(DriftedReason, "%s changed; restoring", what))
 			}), nil
 		}
-		if wait := r.Planes.RepairWait(key, time.Now()); wait > 0 {
+		if wait := r.repairWait(key, time.Now()); wait > 0 {
 			s.waiting = true
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
@@ -121,7 +121,7 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 			return ctrl.Result{}, err
 		}
 	}
-	r.Planes.SetVerified(key, cpv1.IdentitiesCondition, true)
+	r.setVerified(key, cpv1.IdentitiesCondition, true)
 	rotateAt := expires.Add(-r.TokenLifetime / 3)
 	if r.ResyncInterval > 0 && s.read.watched {
 		// Every stage before this one was read in full and found as left in this pass.
@@ -333,7 +333,7 @@ func (r *ComputePlaneReconciler) revokeApplierCredential(ctx context.Context, s 
 		revoked = append(revoked, removed...)
 		if len(removed) > 0 {
 			// Gone by the operator's own hand: recreating them is no repair of drift.
-			r.Planes.SetVerified(client.ObjectKeyFromObject(p), cpv1.IdentitiesCondition, false)
+			r.setVerified(client.ObjectKeyFromObject(p), cpv1.IdentitiesCondition, false)
 		}
 		if err != nil {
 			unbound = fmt.Sprintf("; the plane refused removing the applier or the deployer (%v), so their tokens stay valid until they expire or the plane answers", err)

@@ -4,14 +4,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// forgetPlane drops everything this process remembers of a plane: its connection,
-// watches, verified stages and drift series (the plane cache), its parsed admin
+// forgetPlane drops everything this process remembers of a plane: its connection and
+// watches (the plane cache), its verified stages and drift series, its parsed admin
 // credential, teardown progress, own status writes, applier Secret digest and grant
 // policy hash. It is the one call for every path on which a plane leaves this manager
 // (gone, or moved to another shard); a memo added to the reconciler is added here and
 // to remembers, and TestDeletedPlaneLeavesNothingBehind checks both.
 func (r *ComputePlaneReconciler) forgetPlane(key client.ObjectKey) {
 	r.Planes.Remove(key)
+	r.state.forget(key)
 	r.credentials.Forget(key)
 	r.recordTeardownProgress(key, -1)
 	r.writes.forget(key)
@@ -27,7 +28,8 @@ func (r *ComputePlaneReconciler) remembers(key client.ObjectKey) []string {
 			out = append(out, name)
 		}
 	}
-	add("plane cache", r.Planes.Remembers(key))
+	add("plane connection", r.Planes.Known(key))
+	add("verified stages and drift series", r.state.remembers(key))
 	add("admin credential", r.credentials.Remembers(key))
 	r.progressMu.Lock()
 	_, ok := r.progress[key]

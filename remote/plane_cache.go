@@ -16,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // Plane is a live connection to one ComputePlane's API server.
@@ -80,7 +82,8 @@ type ClusterCache struct {
 	// labelled) and mutating policies (any is a finding) are watched in full; only the
 	// plane's cluster administrators can create them.
 	WatchSelector labels.Selector
-	// OnChange, when set, is called whenever something the plane's watches follow
+	// OnChange, when set, is called (besides the requests sent through Source) whenever
+	// something the plane's watches follow
 	// (WatchedResources) changes, and each time they list again (a version too old to
 	// resume from): whatever happened while nothing watched is for the caller to read.
 	// Their first lists, when the plane connects, are waited for by Get instead. The
@@ -100,11 +103,10 @@ type ClusterCache struct {
 
 	mu      sync.Mutex
 	entries map[types.NamespacedName]*entry
-	// verified remembers, per plane and stage, what was read back as the operator left
-	// it, so a difference found later is drift even when the status in the informer
-	// cache lags behind.
-	verified map[types.NamespacedName]map[string]bool
-	drifts   map[types.NamespacedName]*driftRecord
+	// sourced: a controller watches Source, so every plane is watched; queues are the
+	// started controllers' queues.
+	sourced bool
+	queues  []workqueue.TypedRateLimitingInterface[reconcile.Request]
 }
 
 type entry struct {
@@ -173,8 +175,6 @@ func (c *ClusterCache) init() {
 	c.once.Do(func() {
 		c.started = make(chan struct{})
 		c.entries = map[types.NamespacedName]*entry{}
-		c.verified = map[types.NamespacedName]map[string]bool{}
-		c.drifts = map[types.NamespacedName]*driftRecord{}
 	})
 }
 
@@ -197,19 +197,15 @@ func (c *ClusterCache) Start(ctx context.Context) error {
 // NeedLeaderElection: the watches feed the controller, which runs on the leader.
 func (c *ClusterCache) NeedLeaderElection() bool { return true }
 
-// SetVerified records whether a stage of the plane is, as far as the operator knows,
-// as it applied it: true after a successful read-back, false once drift was reported
-// (so the next pass restores instead of reporting it again).
-func (c *ClusterCache) SetVerified(key types.NamespacedName, stage string, v bool) {
+// Unsettle drops the plane's settled read (why is one of the Unsettled reasons): its
+// next pass reads it in full. The reconciler calls it when it reported a drift, so the
+// next pass restores instead of trusting the quiet watches.
+func (c *ClusterCache) Unsettle(key types.NamespacedName, why string) {
 	c.init()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.verified[key] == nil {
-		c.verified[key] = map[string]bool{}
-	}
-	c.verified[key][stage] = v
-	if e := c.entries[key]; e != nil && !v {
-		e.unsettle(UnsettledNotVerified)
+	if e := c.entries[key]; e != nil {
+		e.unsettle(why)
 	}
 }
 
@@ -271,7 +267,15 @@ func (c *ClusterCache) Quiet(key types.NamespacedName, fingerprint string, now t
 // changed counts a change the plane's watches saw and tells OnChange.
 func (c *ClusterCache) changed(e *entry) {
 	c.count(e)
-	c.OnChange(e.key)
+	if c.OnChange != nil {
+		c.OnChange(e.key)
+	}
+	c.mu.Lock()
+	queues := c.queues
+	c.mu.Unlock()
+	for _, q := range queues {
+		q.Add(reconcile.Request{NamespacedName: e.key})
+	}
 }
 
 // count counts a change the plane's watches saw.
@@ -279,20 +283,6 @@ func (c *ClusterCache) count(e *entry) {
 	c.mu.Lock()
 	e.changes++
 	c.mu.Unlock()
-}
-
-// WasVerified reports what SetVerified last recorded for the plane's stage, or, when
-// nothing was recorded (the operator restarted), what the status says. What this
-// process recorded wins: the status in the informer cache may lag behind its own
-// writes, and a drift it just reported must not be reported again.
-func (c *ClusterCache) WasVerified(key types.NamespacedName, stage string, status bool) bool {
-	c.init()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if v, ok := c.verified[key][stage]; ok {
-		return v
-	}
-	return status
 }
 
 // Get returns the plane's connection, building or rebuilding it as needed.
@@ -361,8 +351,6 @@ func (c *ClusterCache) Remove(key types.NamespacedName) {
 		e.stop()
 	}
 	delete(c.entries, key)
-	delete(c.verified, key)
-	delete(c.drifts, key)
 }
 
 // Known reports whether the cache holds a connection to the plane.
@@ -371,17 +359,6 @@ func (c *ClusterCache) Known(key types.NamespacedName) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.entries[key] != nil
-}
-
-// Remembers reports whether the cache holds anything of the plane: a connection,
-// verified stages or a drift series.
-func (c *ClusterCache) Remembers(key types.NamespacedName) bool {
-	c.init()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, v := c.verified[key]
-	_, d := c.drifts[key]
-	return c.entries[key] != nil || v || d
 }
 
 // Connection is what the cache knows of one plane's API server.
@@ -416,7 +393,10 @@ func (e *entry) stop() {
 
 // watch starts the plane's watches under the cache's own context.
 func (c *ClusterCache) watch(ctx context.Context, e *entry) error {
-	if c.OnChange == nil {
+	c.mu.Lock()
+	listened := c.OnChange != nil || c.sourced
+	c.mu.Unlock()
+	if !listened {
 		return nil
 	}
 	select {

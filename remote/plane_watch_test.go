@@ -195,8 +195,7 @@ func TestQuiet(t *testing.T) {
 		{name: "another fingerprint", fp: "p/2", why: UnsettledWantChanged},
 		{name: "past the resync deadline", at: now.Add(time.Minute), why: UnsettledResyncDue},
 		{name: "a request failed", after: func(c *ClusterCache, _ *entry) { c.Failed(key, errors.New("timeout")) }, why: UnsettledRequestFailed},
-		{name: "a drift reported", after: func(c *ClusterCache, _ *entry) { c.SetVerified(key, "Identities", false) }, why: UnsettledNotVerified},
-		{name: "a stage verified", after: func(c *ClusterCache, _ *entry) { c.SetVerified(key, "Identities", true) }, quiet: true},
+		{name: "a drift reported", after: func(c *ClusterCache, _ *entry) { c.Unsettle(key, UnsettledNotVerified) }, why: UnsettledNotVerified},
 		{name: "watches stopped", after: func(c *ClusterCache, e *entry) { c.mu.Lock(); e.stop(); c.mu.Unlock() }, why: UnsettledNotWatched},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,10 +1,6 @@
-package remote
+package controllers
 
-import (
-	"time"
-
-	"k8s.io/apimachinery/pkg/types"
-)
+import "time"
 
 // Drift repairs back off when they repeat: the first is repaired at once, the next
 // after DriftBackoffBase, doubling up to DriftBackoffMax. A plane left alone for
@@ -17,22 +13,18 @@ const (
 	DriftQuietPeriod = 10 * time.Minute
 )
 
-type driftRecord struct {
+// driftSeries is a plane's drifts in a row.
+type driftSeries struct {
 	count     int
 	last      time.Time
 	notBefore time.Time
 }
 
-// DriftDelay records a drift of the plane and returns how long to wait before
-// repairing it, and how many drifts the plane had in a row.
-func (c *ClusterCache) DriftDelay(key types.NamespacedName, now time.Time) (time.Duration, int) {
-	c.init()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	d := c.drifts[key]
-	if d == nil || now.Sub(d.last) > DriftQuietPeriod {
-		d = &driftRecord{}
-		c.drifts[key] = d
+// next records a drift at now and returns how long its repair waits and how many
+// drifts the series holds. It is pure.
+func (d *driftSeries) next(now time.Time) (time.Duration, int) {
+	if now.Sub(d.last) > DriftQuietPeriod {
+		*d = driftSeries{}
 	}
 	d.count++
 	d.last = now
@@ -41,14 +33,9 @@ func (c *ClusterCache) DriftDelay(key types.NamespacedName, now time.Time) (time
 	return delay, d.count
 }
 
-// RepairWait is how long the repair of the plane's last drift must still wait. Events
-// the drift report itself causes (the revoked credential, the status) must not repair
-// early, or the backoff would mean nothing.
-func (c *ClusterCache) RepairWait(key types.NamespacedName, now time.Time) time.Duration {
-	c.init()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d := c.drifts[key]; d != nil && now.Before(d.notBefore) {
+// wait is how long the repair of the series' last drift must still wait.
+func (d *driftSeries) wait(now time.Time) time.Duration {
+	if now.Before(d.notBefore) {
 		return d.notBefore.Sub(now)
 	}
 	return 0

@@ -1,0 +1,92 @@
+package controllers
+
+import (
+	"sync"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/computeplane/remote"
+)
+
+// planeState is what the reconciler remembers of one plane between its passes, beside
+// the connection (the plane cache's): per stage, whether it was last read back as the
+// operator left it, so a difference found later is drift even when the status in the
+// informer cache lags behind its own writes; and its drift series.
+type planeState struct {
+	verified map[string]bool
+	drifts   driftSeries
+}
+
+// planeStates holds every plane's state; forgetPlane drops one.
+type planeStates struct {
+	mu     sync.Mutex
+	states map[client.ObjectKey]*planeState
+}
+
+// with runs f on the plane's state (made on first use) under the lock.
+func (m *planeStates) with(key client.ObjectKey, f func(*planeState)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.states == nil {
+		m.states = map[client.ObjectKey]*planeState{}
+	}
+	s := m.states[key]
+	if s == nil {
+		s = &planeState{verified: map[string]bool{}}
+		m.states[key] = s
+	}
+	f(s)
+}
+
+func (m *planeStates) forget(key client.ObjectKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.states, key)
+}
+
+func (m *planeStates) remembers(key client.ObjectKey) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.states[key]
+	return ok
+}
+
+// setVerified records whether a stage of the plane is, as far as the operator knows, as
+// it applied it: true after a successful read-back, false once drift was reported (so
+// the next pass restores instead of reporting it again, and reads the plane in full).
+func (r *ComputePlaneReconciler) setVerified(key client.ObjectKey, stage string, v bool) {
+	r.state.with(key, func(s *planeState) { s.verified[stage] = v })
+	if !v {
+		r.Planes.Unsettle(key, remote.UnsettledNotVerified)
+	}
+}
+
+// wasVerified reports what setVerified last recorded for the plane's stage, or, when
+// nothing was recorded (the operator restarted), what the status says. What this
+// process recorded wins: the status in the informer cache may lag behind its own
+// writes, and a drift it just reported must not be reported again.
+func (r *ComputePlaneReconciler) wasVerified(key client.ObjectKey, stage string, status bool) bool {
+	out := status
+	r.state.with(key, func(s *planeState) {
+		if v, ok := s.verified[stage]; ok {
+			out = v
+		}
+	})
+	return out
+}
+
+// driftDelay records a drift of the plane and returns how long to wait before repairing
+// it, and how many drifts the plane had in a row.
+func (r *ComputePlaneReconciler) driftDelay(key client.ObjectKey, now time.Time) (delay time.Duration, n int) {
+	r.state.with(key, func(s *planeState) { delay, n = s.drifts.next(now) })
+	return delay, n
+}
+
+// repairWait is how long the repair of the plane's last drift must still wait. Events
+// the drift report itself causes (the revoked credential, the status) must not repair
+// early, or the backoff would mean nothing.
+func (r *ComputePlaneReconciler) repairWait(key client.ObjectKey, now time.Time) (wait time.Duration) {
+	r.state.with(key, func(s *planeState) { wait = s.drifts.wait(now) })
+	return wait
+}
