@@ -128,9 +128,7 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s.released = true
-	r.Planes.Remove(key)
-	r.credentials.Forget(key)
-	r.recordTeardownProgress(key, -1)
+	r.forgetPlane(key)
 	return ctrl.Result{}, nil
 }
 
