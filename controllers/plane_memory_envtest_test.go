@@ -13,10 +13,10 @@ import (
 	"github.com/cozystack/computeplane/controllers"
 )
 
-// TestDeletedPlaneLeavesNothingBehind: a plane that put something in every memo of the
-// reconciler (a connection with verified stages, its parsed admin credential, its own
-// status writes, its applier Secret's digest, a grant policy, teardown progress) leaves
-// nothing of itself in any of them once it is gone.
+// TestDeletedPlaneLeavesNothingBehind: a plane that put something in the reconciler's
+// memos (a connection, verified stages, its parsed admin credential, its applier Secret's
+// digest, a grant policy; own status writes and teardown progress come and go on their
+// own) leaves nothing of itself in any of them once it is gone.
 func TestDeletedPlaneLeavesNothingBehind(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -26,7 +26,7 @@ func TestDeletedPlaneLeavesNothingBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, settle, grantsAre(ctx, p, "postgres"))
-	want := []string{"plane connection", "verified stages and drift series", "admin credential", "own writes", "applier digest", "grants hash"}
+	want := []string{"plane connection", "verified stages and drift series", "admin credential", "applier digest", "grants hash"}
 	eventually(t, settle, func() error {
 		got := controllers.RemembersForTest(reconciler, key)
 		for _, w := range want {
