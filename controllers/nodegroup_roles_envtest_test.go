@@ -66,12 +66,15 @@ func TestNodeGroupRolesOnTheMachineTemplate(t *testing.T) {
 		}
 	}
 
+	// A merge patch: the operator writes the plane's status meanwhile, and an update
+	// from a read a moment old would conflict with it.
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
 		t.Fatal(err)
 	}
+	patch := client.MergeFrom(p.DeepCopy())
 	group.Roles = []string{"worker", "gpu"}
 	p.Spec.NodeGroups["workers"] = group
-	if err := k8s.Update(ctx, p); err != nil {
+	if err := k8s.Patch(ctx, p, patch); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, settle, rolesAre("gpu", "worker"))
