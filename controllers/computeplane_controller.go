@@ -83,8 +83,6 @@ type ComputePlaneReconciler struct {
 	progressMu sync.Mutex
 	// progress is how far each plane's teardown has come, by stage index.
 	progress map[client.ObjectKey]int
-	// grantsMem is the grant policy each plane last had applied.
-	grantsMem grantsMemory
 	// applierMem is the digest of each plane's applier Secret as last written or
 	// verified.
 	applierMem applierMemory

@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
@@ -225,37 +224,13 @@ func grantSummary(statuses []cpv1.ServiceAccessStatus) string {
 	return strings.Join(parts, "; ") + " (status.serviceAccess says why)"
 }
 
-// grantsMemory remembers the hash of the grant policy each plane last had applied, to
+// grantsApplied remembers the hash of the grant policy last applied to the plane, to
 // tell a change of grants (an update) from someone else's change (drift).
-type grantsMemory struct {
-	mu     sync.Mutex
-	hashes map[client.ObjectKey]string
-}
-
 func (r *ComputePlaneReconciler) grantsApplied(key client.ObjectKey, hash string) {
-	r.grantsMem.mu.Lock()
-	defer r.grantsMem.mu.Unlock()
-	if r.grantsMem.hashes == nil {
-		r.grantsMem.hashes = map[client.ObjectKey]string{}
-	}
-	r.grantsMem.hashes[key] = hash
+	r.state.with(key, func(s *planeState) { s.grantsHash = hash })
 }
 
-func (m *grantsMemory) forget(key client.ObjectKey) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.hashes, key)
-}
-
-func (m *grantsMemory) remembers(key client.ObjectKey) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, ok := m.hashes[key]
-	return ok
-}
-
-func (r *ComputePlaneReconciler) lastGrantsApplied(key client.ObjectKey) string {
-	r.grantsMem.mu.Lock()
-	defer r.grantsMem.mu.Unlock()
-	return r.grantsMem.hashes[key]
+func (r *ComputePlaneReconciler) lastGrantsApplied(key client.ObjectKey) (hash string) {
+	r.state.with(key, func(s *planeState) { hash = s.grantsHash })
+	return hash
 }

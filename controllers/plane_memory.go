@@ -5,11 +5,11 @@ import (
 )
 
 // forgetPlane drops everything this process remembers of a plane: its connection and
-// watches (the plane cache), its verified stages and drift series, its parsed admin
-// credential, teardown progress, own status writes, applier Secret digest and grant
-// policy hash. It is the one call for every path on which a plane leaves this manager
-// (gone, or moved to another shard); a memo added to the reconciler is added here and
-// to remembers, and TestDeletedPlaneLeavesNothingBehind checks both.
+// watches (the plane cache), its planeState (verified stages, drift series, grants
+// hash), its parsed admin credential, teardown progress, own status writes and applier
+// Secret digest. It is the one call for every path on which a plane leaves this manager
+// (gone, torn down, or moved to another shard); a memo added to the reconciler is added
+// here and to remembers, and TestDeletedPlaneLeavesNothingBehind checks both.
 func (r *ComputePlaneReconciler) forgetPlane(key client.ObjectKey) {
 	r.Planes.Remove(key)
 	r.state.forget(key)
@@ -17,7 +17,6 @@ func (r *ComputePlaneReconciler) forgetPlane(key client.ObjectKey) {
 	r.recordTeardownProgress(key, -1)
 	r.writes.forget(key)
 	r.applierMem.forget(key)
-	r.grantsMem.forget(key)
 }
 
 // remembers names the memos that still hold something of the plane.
@@ -29,7 +28,7 @@ func (r *ComputePlaneReconciler) remembers(key client.ObjectKey) []string {
 		}
 	}
 	add("plane connection", r.Planes.Known(key))
-	add("verified stages and drift series", r.state.remembers(key))
+	add("plane state (verified stages, drift series, grants hash)", r.state.remembers(key))
 	add("admin credential", r.credentials.Remembers(key))
 	r.progressMu.Lock()
 	_, ok := r.progress[key]
@@ -37,6 +36,5 @@ func (r *ComputePlaneReconciler) remembers(key client.ObjectKey) []string {
 	add("teardown progress", ok)
 	add("own writes", r.writes.remembers(key))
 	add("applier digest", r.applierMem.remembers(key))
-	add("grants hash", r.grantsMem.remembers(key))
 	return out
 }

@@ -26,7 +26,7 @@ func TestDeletedPlaneLeavesNothingBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, settle, grantsAre(ctx, p, "postgres"))
-	want := []string{"plane connection", "verified stages and drift series", "admin credential", "applier digest", "grants hash"}
+	want := []string{"plane connection", "plane state (verified stages, drift series, grants hash)", "admin credential", "applier digest"}
 	eventually(t, settle, func() error {
 		got := controllers.RemembersForTest(reconciler, key)
 		for _, w := range want {

@@ -12,10 +12,12 @@ import (
 // planeState is what the reconciler remembers of one plane between its passes, beside
 // the connection (the plane cache's): per stage, whether it was last read back as the
 // operator left it, so a difference found later is drift even when the status in the
-// informer cache lags behind its own writes; and its drift series.
+// informer cache lags behind its own writes; its drift series; and the hash of the
+// grant policy last applied.
 type planeState struct {
-	verified map[string]bool
-	drifts   driftSeries
+	verified   map[string]bool
+	drifts     driftSeries
+	grantsHash string
 }
 
 // planeStates holds every plane's state; forgetPlane drops one.
