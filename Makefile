@@ -68,7 +68,7 @@ bench: ## Run the benchmarks against real apiservers and print their figures.
 .PHONY: lint
 lint: ## Vet, check formatting, lint the chart.
 	go vet ./...
-	test -z "$$(gofmt -l api cmd controllers remote netpol test)"
+	test -z "$$(gofmt -l api cmd controllers remote netpol internal test)"
 	$(HELM) lint --strict config/helm/computeplane
 
 .PHONY: chart
