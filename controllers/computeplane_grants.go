@@ -231,6 +231,10 @@ func (r *ComputePlaneReconciler) grantsApplied(key client.ObjectKey, hash string
 }
 
 func (r *ComputePlaneReconciler) lastGrantsApplied(key client.ObjectKey) (hash string) {
-	r.state.with(key, func(s *planeState) { hash = s.grantsHash })
+	r.state.peek(key, func(s *planeState) {
+		if s != nil {
+			hash = s.grantsHash
+		}
+	})
 	return hash
 }

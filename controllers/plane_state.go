@@ -41,6 +41,14 @@ func (m *planeStates) with(key client.ObjectKey, f func(*planeState)) {
 	f(s)
 }
 
+// peek runs f on the plane's state if it has one (nil otherwise), under the lock: a read
+// never makes state, so a read racing a forget cannot leave any behind.
+func (m *planeStates) peek(key client.ObjectKey, f func(*planeState)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f(m.states[key])
+}
+
 func (m *planeStates) forget(key client.ObjectKey) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -70,7 +78,10 @@ func (r *ComputePlaneReconciler) setVerified(key client.ObjectKey, stage string,
 // writes, and a drift it just reported must not be reported again.
 func (r *ComputePlaneReconciler) wasVerified(key client.ObjectKey, stage string, status bool) bool {
 	out := status
-	r.state.with(key, func(s *planeState) {
+	r.state.peek(key, func(s *planeState) {
+		if s == nil {
+			return
+		}
 		if v, ok := s.verified[stage]; ok {
 			out = v
 		}
@@ -89,6 +100,10 @@ func (r *ComputePlaneReconciler) driftDelay(key client.ObjectKey, now time.Time)
 // the drift report itself causes (the revoked credential, the status) must not repair
 // early, or the backoff would mean nothing.
 func (r *ComputePlaneReconciler) repairWait(key client.ObjectKey, now time.Time) (wait time.Duration) {
-	r.state.with(key, func(s *planeState) { wait = s.drifts.wait(now) })
+	r.state.peek(key, func(s *planeState) {
+		if s != nil {
+			wait = s.drifts.wait(now)
+		}
+	})
 	return wait
 }
