@@ -118,7 +118,8 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 	}
 
 	// The applier Secret is gone (revoked in an earlier stage); so goes the operator's
-	// right on Secrets in the tenant namespace.
+	// right on Secrets in the tenant namespace (its watch there first).
+	r.secretVersions.forget(key)
 	if err := r.dropSecretAccess(ctx, p.Namespace); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -40,10 +40,10 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 	key := client.ObjectKeyFromObject(p)
 	if s.quiet {
 		// Read in full not long ago, nothing changed since, and the token is not due
-		// (Settled was told when it is). The applier Secret is no watched object (the
-		// operator watches no Secret) and the tenant may write it, so every pass looks at
-		// it: found as the operator last left it, the pass is done; otherwise it is read
-		// in full below.
+		// (Settled was told when it is). The tenant may write the applier Secret, so every
+		// pass looks at it (its version, from its namespace's watch: secret_versions.go):
+		// found as the operator last left it, the pass is done; otherwise it is read in
+		// full below.
 		if asLeft, err := r.applierSecretAsLeft(ctx, p); err != nil || asLeft {
 			return ctrl.Result{}, err
 		}
@@ -180,7 +180,7 @@ func (r *ComputePlaneReconciler) inspectApplierSecret(ctx context.Context, s *sc
 		return applierFound{}, err
 	}
 	secret := &corev1.Secret{}
-	switch err := r.secretsIn(ctx, p.Namespace).get(render.ApplierSecretName(p), secret); {
+	switch err := r.secretsIn(ctx, p.Namespace, client.ObjectKeyFromObject(p)).get(render.ApplierSecretName(p), secret); {
 	case apierrors.IsNotFound(err):
 		return applierFound{}, nil
 	case err != nil:
@@ -238,7 +238,7 @@ func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *sco
 // last wrote or found it: one read of it, no parse.
 func (r *ComputePlaneReconciler) applierSecretAsLeft(ctx context.Context, p *cpv1.ComputePlane) (bool, error) {
 	secret := &corev1.Secret{}
-	switch err := r.secretsIn(ctx, p.Namespace).get(render.ApplierSecretName(p), secret); {
+	switch err := r.secretsIn(ctx, p.Namespace, client.ObjectKeyFromObject(p)).get(render.ApplierSecretName(p), secret); {
 	case apierrors.IsNotFound(err):
 		return false, nil
 	case err != nil:
@@ -284,7 +284,7 @@ func (r *ComputePlaneReconciler) writeApplierSecret(ctx context.Context, s *scop
 	if err := controllerutil.SetControllerReference(p, secret, r.Scheme()); err != nil {
 		return time.Time{}, err
 	}
-	secrets := r.secretsIn(ctx, p.Namespace)
+	secrets := r.secretsIn(ctx, p.Namespace, client.ObjectKeyFromObject(p))
 	if found.secret != nil {
 		err = secrets.update(secret)
 	} else {
@@ -314,7 +314,7 @@ func (r *ComputePlaneReconciler) revokeApplierCredential(ctx context.Context, s 
 	p := s.plane
 	var revoked []string
 	secret := &corev1.Secret{}
-	secrets := r.secretsIn(ctx, p.Namespace)
+	secrets := r.secretsIn(ctx, p.Namespace, client.ObjectKeyFromObject(p))
 	switch err := secrets.get(render.ApplierSecretName(p), secret); {
 	case apierrors.IsNotFound(err):
 	case errors.Is(err, errNamespaceTerminating):

@@ -75,28 +75,48 @@ type secretsIn struct {
 	r         *ComputePlaneReconciler
 	ctx       context.Context
 	namespace string
+	// plane is the ComputePlane the Secrets are read for (a change wakes it).
+	plane client.ObjectKey
 }
 
-func (r *ComputePlaneReconciler) secretsIn(ctx context.Context, namespace string) secretsIn {
-	return secretsIn{r: r, ctx: ctx, namespace: namespace}
+func (r *ComputePlaneReconciler) secretsIn(ctx context.Context, namespace string, plane client.ObjectKey) secretsIn {
+	return secretsIn{r: r, ctx: ctx, namespace: namespace, plane: plane}
 }
 
-// get reads around the cache: the operator does not watch Secrets.
+// get reads the Secret as it was last read when the namespace's watch reports the same
+// version (secret_versions.go), and from the API server otherwise.
 func (c secretsIn) get(name string, secret *corev1.Secret) error {
-	return c.r.withSecretAccess(c.ctx, c.namespace, func() error {
-		return c.r.APIReader.Get(c.ctx, client.ObjectKey{Namespace: c.namespace, Name: name}, secret)
+	key := client.ObjectKey{Namespace: c.namespace, Name: name}
+	if c.r.secretVersions.recall(key, secret) {
+		return nil
+	}
+	err := c.r.withSecretAccess(c.ctx, c.namespace, func() error {
+		return c.r.APIReader.Get(c.ctx, key, secret)
 	})
+	if err == nil {
+		c.r.secretVersions.remember(c.plane, secret)
+	}
+	return err
 }
 
 func (c secretsIn) create(secret *corev1.Secret) error {
-	return c.r.withSecretAccess(c.ctx, c.namespace, func() error { return c.r.Create(c.ctx, secret) })
+	err := c.r.withSecretAccess(c.ctx, c.namespace, func() error { return c.r.Create(c.ctx, secret) })
+	if err == nil {
+		c.r.secretVersions.remember(c.plane, secret)
+	}
+	return err
 }
 
 func (c secretsIn) update(secret *corev1.Secret) error {
-	return c.r.withSecretAccess(c.ctx, c.namespace, func() error { return c.r.Update(c.ctx, secret) })
+	err := c.r.withSecretAccess(c.ctx, c.namespace, func() error { return c.r.Update(c.ctx, secret) })
+	if err == nil {
+		c.r.secretVersions.remember(c.plane, secret)
+	}
+	return err
 }
 
 func (c secretsIn) delete(secret *corev1.Secret) error {
+	c.r.secretVersions.drop(client.ObjectKeyFromObject(secret))
 	return c.r.withSecretAccess(c.ctx, c.namespace, func() error { return client.IgnoreNotFound(c.r.Delete(c.ctx, secret)) })
 }
 

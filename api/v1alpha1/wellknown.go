@@ -110,3 +110,13 @@ const (
 	// DefaultCapabilityLabel is the beacon's key unless --capability-label says another.
 	DefaultCapabilityLabel = CapabilityLabelPrefix + "computeplane"
 )
+
+// Kamaji's labels on the kubeconfig Secrets it writes for a TenantControlPlane (v1.0.0
+// and 26.8.x: internal/resources/k8s_kubeconfig_resource.go), which the operator reads
+// but never writes: its watch of a plane's admin kubeconfig selects on them.
+const (
+	KamajiComponentLabel = "kamaji.clastix.io/component"
+	// KamajiAdminKubeconfigComponent is KamajiComponentLabel's value on the admin
+	// kubeconfig Secret.
+	KamajiAdminKubeconfigComponent = "admin-kubeconfig"
+)
