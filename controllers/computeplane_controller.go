@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -97,6 +98,9 @@ type ComputePlaneReconciler struct {
 	comparedOnce sync.Once
 	// credentials remembers each plane's last admin kubeconfig that parsed, by digest.
 	credentials remote.AdminCredentials
+	// secretVersions holds the Secrets read, each until its namespace's watch reports
+	// another version (nil: every read goes to the API server).
+	secretVersions *secretVersions
 	// Shard is the set of planes this manager reconciles; the others' managers see to
 	// theirs.
 	Shard Shard
@@ -184,7 +188,13 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 	if err := c.Watch(r.Planes.Source()); err != nil {
 		return err
 	}
-	return nil
+	// The Secrets a plane depends on, each watched in its namespace once read.
+	meta, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
+	r.secretVersions = &secretVersions{meta: meta}
+	return c.Watch(r.secretVersions.Source())
 }
 
 // Reconcile runs the skeleton: fetch, finalizer, deferred status patch, phases.
@@ -252,13 +262,28 @@ func (r *ComputePlaneReconciler) reconcileNormal(ctx context.Context, s *scope) 
 		{[]string{cpv1.PodSecurityCondition, cpv1.AdmissionCondition}, r.reconcileHardening, true},
 		{[]string{cpv1.EgressCondition}, r.reconcileEgress, false},
 		{[]string{cpv1.NetworkPoliciesCondition}, r.reconcileGrants, false},
+		// After the management-side stages: they run while the plane loads new policies.
+		{[]string{cpv1.AdmissionCondition}, r.reconcileEnforcement, true},
 		{[]string{cpv1.IdentitiesCondition}, r.reconcileIdentities, true},
 	}
 	passCtx, cancel := r.passContext(ctx)
 	defer cancel()
+	// What each phase of the pass took, in the debug log: where a plane's time to Ready
+	// goes.
+	timings := make([]any, 0, 2*len(steps))
+	defer func() { ctrl.LoggerFrom(ctx).V(1).Info("pass", timings...) }()
+	defer func() {
+		if _, said := s.results[cpv1.AdmissionCondition]; s.unproven != nil && !said {
+			// The pass ended before it proved the policies it wrote in force.
+			s.observe(cpv1.AdmissionCondition, stageFalse(NotEnforcedReason,
+				"the policies are written and read back, not yet proven in force; looking again shortly"))
+		}
+	}()
 	var result ctrl.Result
 	for _, st := range steps {
+		started := time.Now()
 		res, err := st.run(passCtx, s)
+		timings = append(timings, st.conditions[0], time.Since(started).String())
 		if err != nil {
 			err = r.overran(passCtx, err)
 			// Whatever failed, the stage was not verified: it is not True, and the gate
@@ -342,6 +367,9 @@ type scope struct {
 	quiet bool
 	// read is the full read this pass makes of the plane, recorded once it is through.
 	read planeRead
+	// unproven: the hardening wrote or first read the posture this pass, and its
+	// policies are not yet proven in force (reconcileEnforcement).
+	unproven *unproven
 }
 
 // planeRead is a full read of a plane, for ClusterCache.Settled.

@@ -10,6 +10,7 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -122,27 +123,73 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
 	if !wasVerified {
-		// Written is not in force: the API server loads policies a moment later. The
-		// gate opens only once each refuses what it must.
+		// Written is not in force: the API server loads new policies on its next refresh.
+		// The management-side stages go on meanwhile; reconcileEnforcement proves each
+		// policy in force before the identities and the credential.
 		canary, err := plane.Canary()
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		pending, err := posture.Unenforced(ctx, canary)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if len(pending) > 0 {
-			s.observe(cpv1.AdmissionCondition, stageFalse(NotEnforcedReason,
-				"the plane's API server does not enforce %v yet (a dry-run request they must refuse was accepted); looking again shortly", pending))
-			s.waiting = true
-			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
-		}
+		delete(s.results, cpv1.AdmissionCondition)
+		s.unproven = &unproven{posture: posture, canary: canary}
+		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
 	r.setVerified(key, cpv1.PodSecurityCondition, true)
 	// The plane's objects are watched; this periodic look is a safety net for a missed
 	// event (a watch re-established after the plane was unreachable, say).
 	return ctrl.Result{RequeueAfter: r.jitter()}, nil
+}
+
+// unproven is a posture written and read back whose policies this pass has not yet seen
+// in force.
+type unproven struct {
+	posture remote.Posture
+	canary  client.Client
+}
+
+// The kube-apiserver loads admission policies on a fixed refresh (every second:
+// k8s.io/apiserver pkg/admission/plugin/policy/generic/policy_source.go,
+// policyRefreshIntervalDefault), so a new policy comes into force up to a second after
+// it is written. enforcementPoll is how often the canaries look meanwhile (a round of
+// dry runs costs a few milliseconds), and enforcementWait how long a pass waits before
+// it lets the worker go and looks again later.
+const (
+	enforcementPoll = 50 * time.Millisecond
+	enforcementWait = 1500 * time.Millisecond
+)
+
+// reconcileEnforcement proves a newly written posture in force: each policy refuses the
+// dry run its canary sends (remote/canaries.go). Until then the admission stage is not
+// True and no identity or credential is issued. It waits within the pass, while the
+// API server loads the policies, so that the gate opens in the pass that proves them.
+func (r *ComputePlaneReconciler) reconcileEnforcement(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if s.unproven == nil {
+		return ctrl.Result{}, nil
+	}
+	var pending []string
+	err := wait.PollUntilContextTimeout(ctx, enforcementPoll, enforcementWait, true, func(ctx context.Context) (bool, error) {
+		var err error
+		pending, err = s.unproven.posture.Unenforced(ctx, s.unproven.canary)
+		return len(pending) == 0, err
+	})
+	switch {
+	case err == nil:
+	case len(pending) > 0 && wait.Interrupted(err) && ctx.Err() == nil:
+		s.observe(cpv1.AdmissionCondition, stageFalse(NotEnforcedReason,
+			"the plane's API server does not enforce %v yet (a dry-run request they must refuse was accepted); looking again shortly", pending))
+		s.waiting = true
+		return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+	default:
+		return ctrl.Result{}, err
+	}
+	s.unproven = nil
+	s.observe(cpv1.AdmissionCondition, stageTrue(cpv1.SucceededReason, admissionInForce()))
+	r.setVerified(client.ObjectKeyFromObject(s.plane), cpv1.PodSecurityCondition, true)
+	return ctrl.Result{}, nil
+}
+
+func admissionInForce() string {
+	return fmt.Sprintf("Admission policies %v and their bindings are in place", remote.PolicyNames())
 }
 
 // quietPlane says whether this pass may skip the plane's full read, or why not.
@@ -219,8 +266,7 @@ func observeFindings(s *scope, f remote.Findings, reason, what string) {
 	if len(f.Admission) > 0 {
 		s.observe(cpv1.AdmissionCondition, stageFalse(reason, "%s: %s", what, strings.Join(f.Admission, "; ")))
 	} else {
-		s.observe(cpv1.AdmissionCondition, stageTrue(cpv1.SucceededReason, fmt.Sprintf(
-			"Admission policies %v and their bindings are in place", remote.PolicyNames())))
+		s.observe(cpv1.AdmissionCondition, stageTrue(cpv1.SucceededReason, admissionInForce()))
 	}
 }
 

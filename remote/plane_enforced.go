@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -26,10 +27,18 @@ const CanaryServiceAccount = "computeplane-canary"
 // refusal names it (the API server reports which policy refused only in the message),
 // or another layer refuses it for the same reason (alsoEnforcedBy).
 func (p Posture) Unenforced(ctx context.Context, canary client.Client) ([]string, error) {
+	// The dry runs are independent: sent at once, a round costs one round trip.
+	pols := p.policies()
+	errs := make([]error, len(pols))
+	var wg sync.WaitGroup
+	for i, pol := range pols {
+		wg.Go(func() { errs[i] = canary.Create(ctx, pol.canary(p.Labels), client.DryRunAll) })
+	}
+	wg.Wait()
 	var out []string
-	for _, pol := range p.policies() {
+	for i, pol := range pols {
 		name := policyPrefix + pol.name
-		err := canary.Create(ctx, pol.canary(p.Labels), client.DryRunAll)
+		err := errs[i]
 		switch {
 		case err == nil:
 			out = append(out, name)
