@@ -3,16 +3,9 @@ package main
 
 import (
 	"flag"
-	"log/slog"
-	"math"
 	"os"
-	"runtime"
-	"runtime/debug"
-	"strings"
 	"time"
 
-	"github.com/KimMachineGun/automemlimit/memlimit"
-	"github.com/go-logr/logr"
 
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/labels"
@@ -27,9 +20,6 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers"
 )
-
-// defaultGCPercent is the manager's GOGC unless the environment sets one.
-const defaultGCPercent = 10
 
 func main() {
 	var (
@@ -86,26 +76,7 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
-	// The garbage collector works harder as the heap nears 90 % of the container's memory
-	// limit, instead of the kernel killing the pod at it (GOMEMLIMIT, or AUTOMEMLIMIT=off,
-	// set in the environment wins).
-	if limit, err := memlimit.Set(memlimit.WithRatio(0.9), memlimit.WithLogger(slog.New(logr.ToSlogHandler(log)))); err == nil && limit != math.MaxInt64 {
-		log.Info("memory limit from the container", "GOMEMLIMIT", limit)
-	}
-	// Most of the heap is long-lived (a connection and its watches per plane) and a fleet
-	// at rest allocates little (a steady reconcile compares nothing it compared before),
-	// so collecting at 10 % growth costs little CPU and keeps the footprint lower
-	// (docs/benchmarks.md, "Fleet at rest", has the figures). GOGC set in the
-	// environment wins.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(defaultGCPercent)
-	}
-	// Without the profiling endpoints no one can read a heap profile, so the runtime
-	// keeps none: the stacks it samples cost memory per allocation site, and a little on
-	// every sampled allocation. GODEBUG=memprofilerate=N wins.
-	if pprofAddr == "" && !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate=") {
-		runtime.MemProfileRate = 0
-	}
+	tuneMemory(log)
 	if err := controllers.CheckCapabilityLabel(capabilityLabel); err != nil {
 		log.Error(err, "checking --capability-label")
 		os.Exit(1)
