@@ -261,6 +261,11 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	if mgmtReqs.objectWrites > 0 || planeReqs.writes > 0 {
 		b.Errorf("the operator wrote at rest: %d times to the management apiserver (Leases and Events aside), %d times to the planes", mgmtReqs.objectWrites, planeReqs.writes)
 	}
+	// Nor does it read anything but through its watches: every object it depends on is
+	// watched (Secrets by their metadata, in the namespaces it is bound in).
+	if len(mgmtReqs.beyondWatches) > 0 {
+		b.Errorf("the operator made management requests at rest besides watches (leader election and events aside): %v", mgmtReqs.beyondWatches)
+	}
 	drifts := m1["computeplane_drift_repairs_total"]
 	restDrifts := drifts - m0["computeplane_drift_repairs_total"]
 
@@ -414,11 +419,14 @@ type requestTally struct {
 	total, writes int
 	// objectWrites leaves out leader election's Lease renewals and Events.
 	objectWrites int
-	by           map[string]int
+	// beyondWatches counts what is neither a watch, nor leader election's Lease, nor an
+	// Event, by verb and resource.
+	beyondWatches map[string]int
+	by            map[string]int
 }
 
 func restRequests(logs []string, user string, t0, t1 time.Time) (*requestTally, error) {
-	t := &requestTally{by: map[string]int{}}
+	t := &requestTally{by: map[string]int{}, beyondWatches: map[string]int{}}
 	for _, path := range logs {
 		events, err := devenv.ReadAudit(path)
 		if err != nil {
@@ -451,6 +459,9 @@ func restRequests(logs []string, user string, t0, t1 time.Time) (*requestTally, 
 			}
 			t.by[ev.Verb+" "+what]++
 			t.total++
+			if ev.Verb != "watch" && (ev.ObjectRef == nil || (ev.ObjectRef.APIGroup != "coordination.k8s.io" && ev.ObjectRef.APIGroup != "events.k8s.io")) {
+				t.beyondWatches[ev.Verb+" "+what]++
+			}
 			if ev.Mutating() {
 				t.writes++
 				if ev.ObjectRef == nil || (ev.ObjectRef.APIGroup != "coordination.k8s.io" && ev.ObjectRef.APIGroup != "events.k8s.io") {

@@ -26,11 +26,12 @@ import (
 	"github.com/cozystack/computeplane/internal/devenv"
 )
 
-// The operator's logs are dropped unless BENCH_LOGS is set (to look into a figure).
+// The operator's logs are dropped unless BENCH_LOGS is set (to look into a figure;
+// BENCH_LOGS=debug adds the debug log: each pass's phases and what they took).
 func init() {
 	ctrl.SetLogger(logr.Discard())
-	if os.Getenv("BENCH_LOGS") != "" {
-		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	if v := os.Getenv("BENCH_LOGS"); v != "" {
+		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(v == "debug")))
 	}
 }
 

@@ -2,6 +2,7 @@ package operatortest
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -70,8 +71,10 @@ var build struct {
 }
 
 // ManagerBinary builds cmd/manager once per test binary and returns its path: one
-// file in the user's cache directory, replaced by each build (a rename, so a manager
-// another test binary is running keeps its own copy), never one more per run.
+// file per checkout in the user's cache directory, replaced by each build (a rename, so
+// a manager another test binary is running keeps its own copy), never one more per run.
+// Named after the checkout, so that tests of another worktree never run (or restart) a
+// manager built from other code.
 func ManagerBinary() (string, error) {
 	build.once.Do(func() {
 		root, err := devenv.RepoRoot()
@@ -97,7 +100,7 @@ func ManagerBinary() (string, error) {
 			build.err = fmt.Errorf("building cmd/manager: %v\n%s", err, out)
 			return
 		}
-		build.bin = filepath.Join(dir, "manager")
+		build.bin = filepath.Join(dir, fmt.Sprintf("manager-%x", sha256.Sum256([]byte(root)))[:len("manager-")+12])
 		build.err = os.Rename(tmp, build.bin)
 	})
 	return build.bin, build.err
