@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -44,12 +45,16 @@ func (f Findings) Drifted() bool { return len(f.PodSecurity) > 0 || len(f.Admiss
 // Inspect reads the plane and compares it with the posture. It writes nothing.
 func Inspect(ctx context.Context, c client.Client, p Posture) (Findings, error) {
 	var f Findings
-	for _, obj := range p.Policies() {
-		ok, err := ssa.Verify(ctx, c, obj, "spec")
-		if err != nil {
-			return f, err
-		}
-		if !ok {
+	policies := p.Policies()
+	matched := make([]bool, len(policies))
+	if err := each(policies, func(i int, obj client.Object) (err error) {
+		matched[i], err = ssa.Verify(ctx, c, obj, "spec")
+		return err
+	}); err != nil {
+		return f, err
+	}
+	for i, obj := range policies {
+		if !matched[i] {
 			f.Admission = append(f.Admission, fmt.Sprintf("%s %s", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName()))
 		}
 	}
@@ -121,12 +126,17 @@ func hasAnyPSALabel(labels map[string]string) bool {
 // restored or created (by kind and name) apart from the namespaces it labelled for the
 // first time.
 func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) (wrote, labelled []string, err error) {
-	for _, obj := range p.Policies() {
+	policies := p.Policies()
+	written := make([]bool, len(policies))
+	if err := each(policies, func(i int, obj client.Object) error {
 		res, err := ssa.Apply(ctx, c, obj, fieldOwner, "spec")
-		if err != nil {
-			return wrote, labelled, err
-		}
-		if res.Wrote() {
+		written[i] = res.Wrote()
+		return err
+	}); err != nil {
+		return wrote, labelled, err
+	}
+	for i, obj := range policies {
+		if written[i] {
 			wrote = append(wrote, describe(obj))
 		}
 	}
@@ -225,4 +235,22 @@ func mutatingPolicies(ctx context.Context, c client.Client) ([]string, error) {
 		})
 	}
 	return out, nil
+}
+
+// each runs f on every object at once and returns the first error: the policies and
+// their bindings are independent objects, and the API server loads new ones on its own
+// refresh, so the sooner all are written the sooner they are in force.
+func each(objs []client.Object, f func(int, client.Object) error) error {
+	errs := make([]error, len(objs))
+	var wg sync.WaitGroup
+	for i, obj := range objs {
+		wg.Go(func() { errs[i] = f(i, obj) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

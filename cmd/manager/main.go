@@ -59,8 +59,8 @@ func main() {
 	flag.DurationVar(&planePassTimeout, "plane-pass-timeout", time.Minute,
 		"Longest one reconcile pass of a plane may take: past it the pass fails like an unanswered request (the gate closes, the plane is retried with backoff), so a plane whose API answers slowly holds a worker no longer than this; 0: unbounded.")
 	flag.DurationVar(&planeGrace, "plane-unreachable-grace", 30*time.Second, "How long a plane's API server may not answer before its conditions say PlaneUnreachable.")
-	flag.DurationVar(&planeResync, "plane-resync-interval", 5*time.Minute,
-		"Longest a Ready plane whose watches report no change goes without a full read of what the operator keeps in it (between, each --requeue-interval pass only probes it); 0 reads it in full every pass.")
+	flag.DurationVar(&planeResync, "plane-resync-interval", time.Hour,
+		"Longest a Ready plane whose watches report no change goes without a full read of what the operator keeps in it (between, each --requeue-interval pass only probes it); 0 reads it in full every pass. A safety net: what no watch reports, the operator-objects policy (watched) lets no one else change.")
 	flag.DurationVar(&tokenLifetime, "applier-token-lifetime", time.Hour, "Lifetime of the applier kubeconfig tokens (renewed after two thirds; at least 10m).")
 	flag.BoolVar(&reconcileRequests, "reconcile-requests", true,
 		"Reconcile when the reconcile.fluxcd.io/requestedAt annotation changes, and echo it in status.lastHandledReconcileAt.")

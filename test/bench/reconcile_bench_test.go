@@ -28,11 +28,13 @@ import (
 
 // The operator's logs are dropped unless BENCH_LOGS is set (to look into a figure;
 // BENCH_LOGS=debug adds the debug log: each pass's phases and what they took).
+// (controller-runtime takes the first logger it is given, and only that one.)
 func init() {
-	ctrl.SetLogger(logr.Discard())
 	if v := os.Getenv("BENCH_LOGS"); v != "" {
 		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(v == "debug")))
+		return
 	}
+	ctrl.SetLogger(logr.Discard())
 }
 
 // requestCounter counts the operator's API requests, writes apart.
