@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 )
 
@@ -132,14 +133,29 @@ func TestShippedRBACHoldsNoClusterWideSecrets(t *testing.T) {
 				if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "*") {
 					t.Errorf("ClusterRole %s gives the operator Secrets cluster-wide: %+v", role.Name, rule)
 				}
-				if slices.Contains(rule.Verbs, "bind") && !slices.Equal(rule.ResourceNames, []string{controllers.SecretsRole}) {
-					t.Errorf("ClusterRole %s lets the operator bind more than %s: %+v", role.Name, controllers.SecretsRole, rule)
+				if slices.Contains(rule.Verbs, "bind") && !slices.Equal(rule.ResourceNames, []string{controllers.SecretsRole}) &&
+					!slices.Equal(rule.ResourceNames, []string{render.AutoscalerClusterRole}) {
+					t.Errorf("ClusterRole %s lets the operator bind more than %s and %s: %+v", role.Name, controllers.SecretsRole, render.AutoscalerClusterRole, rule)
 				}
 			}
 		}
 	}
 	if bound == 0 {
 		t.Fatal("config/default binds the operator no ClusterRole")
+	}
+	// The autoscaler's role, which the operator binds in infrastructure namespaces: no
+	// Secret, no wildcard, nothing created or deleted.
+	autoscaler := roles[render.AutoscalerClusterRole]
+	if autoscaler == nil {
+		t.Errorf("config/default ships no %s role", render.AutoscalerClusterRole)
+	} else {
+		for _, rule := range autoscaler.Rules {
+			if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "*") || slices.Contains(rule.Verbs, "*") ||
+				slices.Contains(rule.Verbs, "create") || slices.Contains(rule.Verbs, "delete") || slices.Contains(rule.Verbs, "bind") ||
+				slices.Contains(rule.Verbs, "escalate") || slices.Contains(rule.Verbs, "impersonate") {
+				t.Errorf("ClusterRole %s grants more than the autoscaler uses: %+v", autoscaler.Name, rule)
+			}
+		}
 	}
 	secrets := roles[controllers.SecretsRole]
 	if secrets == nil || len(secrets.Rules) != 1 || !slices.Equal(secrets.Rules[0].Resources, []string{"secrets"}) {
