@@ -7,9 +7,7 @@ import (
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -73,11 +71,10 @@ func CacheOptions() cache.Options {
 		&kamajiv1alpha1.TenantControlPlane{}: {Transform: controlPlaneStatus},
 		&bootstrapv1.KubeadmConfigTemplate{}: oursContentless,
 		&ciliumv2.CiliumNetworkPolicy{}:      oursContentless,
-		// A node group's health check and a plane's cluster-autoscaler (nodes_heal_scale.go).
+		// A node group's health check (nodes_heal_scale.go). The cluster-autoscaler's
+		// Deployment, ServiceAccount and RoleBinding have no informer: it would need the
+		// right to list and watch them cluster-wide.
 		&clusterv1.MachineHealthCheck{}: ours,
-		&appsv1.Deployment{}:            ours,
-		&corev1.ServiceAccount{}:        ours,
-		&rbacv1.RoleBinding{}:           ours,
 		&helmv2.HelmRelease{}: {Label: labels.SelectorFromSet(labels.Set{cpv1.PlacementLabel: cpv1.PlacementLabelValue}),
 			Transform: placementRelease},
 	}

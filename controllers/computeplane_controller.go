@@ -13,7 +13,6 @@ import (
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -87,6 +86,8 @@ type ComputePlaneReconciler struct {
 	// applierMem is the digest of each plane's applier Secret as last written or
 	// verified.
 	applierMem applierMemory
+	// autoscalerMem is the same of each plane's cluster-autoscaler kubeconfig Secret.
+	autoscalerMem applierMemory
 	// secrets is what the operator needs to bind its Secret rights per namespace.
 	secrets secretAccess
 	// writes keeps a reconcile from working on a cached plane older than its own last
@@ -153,9 +154,8 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		// What the providers report about the objects the operator applied.
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
 		Watches(&clusterv1.MachineDeployment{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
-		// A health check or the autoscaler changed by someone is restored at once.
+		// A health check changed by someone is restored at once.
 		Watches(&clusterv1.MachineHealthCheck{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
-		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
 		WatchesRawSource(source.Kind(r.Addons, &helmv2.HelmRelease{}, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, o *helmv2.HelmRelease) []ctrl.Request {
 			return planeFromLabels(ctx, o)
 		}))).

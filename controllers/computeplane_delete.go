@@ -119,7 +119,7 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 
 	// The applier Secret is gone (revoked in an earlier stage); so goes the operator's
 	// right on Secrets in the tenant namespace.
-	if err := r.dropSecretAccess(ctx, p.Namespace); err != nil {
+	if err := r.dropRights(ctx, secretRights, p.Namespace); err != nil {
 		return ctrl.Result{}, err
 	}
 	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})

@@ -104,7 +104,7 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 	if err := r.pruneNodeGroups(ctx, s, graph); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.pruneHealthAndScale(ctx, s, graph); err != nil {
+	if err := r.pruneHealthChecks(ctx, s, graph); err != nil {
 		return ctrl.Result{}, err
 	}
 

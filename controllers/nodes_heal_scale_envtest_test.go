@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 )
 
@@ -243,14 +244,15 @@ func asServiceAccount(t *testing.T, ns, name string) client.Client {
 // only `bind` on the shipped role). As its ServiceAccount, the autoscaler resizes a
 // MachineDeployment through the real scale subresource, and the operator leaves the
 // size it chose alone; it reads no Secret and reaches no other namespace. A changed
-// Deployment is put back, the autoscaler goes when no group autoscales any more, and
-// with the plane.
+// Deployment is put back at the next full read, the operator's rights to write it are
+// bound in the infrastructure namespace alone, and the autoscaler and those rights go
+// when no group autoscales any more, and with the plane.
 func TestClusterAutoscalerWhileAGroupAutoscales(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	p := planeWithClass(t, ctx, newClass("ca-"+rand.String(6)), withGroup("workers", fixedSize))
+	// A real plane: the autoscaler is kept with its own identity there, on a verified plane.
+	p, _ := readyPlane(t, ctx, newClass("ca-"+rand.String(6)), withGroup("workers", fixedSize))
 	key := client.ObjectKeyFromObject(p)
-	eventually(t, settle, func() error { return k8s.Get(ctx, key, p) })
 	infra := infraOf(p)
 	mdKey := client.ObjectKey{Namespace: infra, Name: render.MachineDeploymentName(p, "workers")}
 	eventually(t, settle, func() error { return k8s.Get(ctx, mdKey, &clusterv1.MachineDeployment{}) })
@@ -321,12 +323,14 @@ func TestClusterAutoscalerWhileAGroupAutoscales(t *testing.T) {
 		t.Errorf("replicas = %v after a reconcile (err=%v), want the autoscaler's 3", md.Spec.Replicas, err)
 	}
 
-	// Someone widens its discovery: put back.
+	// Someone widens its discovery: put back at the plane's next pass (nothing watches
+	// the Deployment: an informer would need Deployments cluster-wide).
 	patch := client.MergeFrom(d.DeepCopy())
 	d.Spec.Template.Spec.Containers[0].Args = []string{"--cloud-provider=clusterapi"}
 	if err := k8s.Patch(ctx, d, patch); err != nil {
 		t.Fatal(err)
 	}
+	requestReconcile(t, ctx, p, "after-widening")
 	eventually(t, settle, func() error {
 		_, _, d, err := autoscalerObjects(ctx, p)
 		if err != nil || d == nil {
@@ -338,8 +342,21 @@ func TestClusterAutoscalerWhileAGroupAutoscales(t *testing.T) {
 		return nil
 	})
 
+	// The operator took its rights on the autoscaler in this namespace only.
+	managerBinding := client.ObjectKey{Namespace: infra, Name: controllers.AutoscalerManagerRole}
+	if err := k8s.Get(ctx, managerBinding, &rbacv1.RoleBinding{}); err != nil {
+		t.Errorf("the operator's RoleBinding %s: %v", managerBinding, err)
+	}
+
 	setGroup(t, ctx, p, "workers", fixedSize)
 	eventually(t, settle, autoscalerPresent(ctx, p, false))
+	// With the autoscaler, the operator's rights on it go.
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, managerBinding, &rbacv1.RoleBinding{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the operator's RoleBinding %s is still there (err=%v)", managerBinding, err)
+		}
+		return nil
+	})
 
 	setGroup(t, ctx, p, "workers", medium)
 	eventually(t, settle, autoscalerPresent(ctx, p, true))
@@ -349,5 +366,8 @@ func TestClusterAutoscalerWhileAGroupAutoscales(t *testing.T) {
 	eventually(t, settle, planeGone(ctx, key))
 	if err := autoscalerPresent(ctx, p, false)(); err != nil {
 		t.Errorf("after the teardown: %v", err)
+	}
+	if err := k8s.Get(ctx, managerBinding, &rbacv1.RoleBinding{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after the teardown, the operator's RoleBinding %s (err=%v)", managerBinding, err)
 	}
 }

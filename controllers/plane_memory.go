@@ -6,10 +6,11 @@ import (
 
 // forgetPlane drops everything this process remembers of a plane: its connection and
 // watches (the plane cache), its planeState (verified stages, drift series, grants
-// hash), its parsed admin credential, teardown progress, own status writes and applier
-// Secret digest. It is the one call for every path on which a plane leaves this manager
-// (gone, torn down, or moved to another shard); a memo added to the reconciler is added
-// here and to remembers, and TestDeletedPlaneLeavesNothingBehind checks both.
+// hash), its parsed admin credential, teardown progress, own status writes, and the
+// applier's and cluster-autoscaler's Secret digests. It is the one call for every path
+// on which a plane leaves this manager (gone, torn down, or moved to another shard); a
+// memo added to the reconciler is added here and to remembers, and
+// TestDeletedPlaneLeavesNothingBehind checks both.
 func (r *ComputePlaneReconciler) forgetPlane(key client.ObjectKey) {
 	r.Planes.Remove(key)
 	r.state.forget(key)
@@ -17,6 +18,7 @@ func (r *ComputePlaneReconciler) forgetPlane(key client.ObjectKey) {
 	r.recordTeardownProgress(key, -1)
 	r.writes.forget(key)
 	r.applierMem.forget(key)
+	r.autoscalerMem.forget(key)
 }
 
 // remembers names the memos that still hold something of the plane.
@@ -36,5 +38,6 @@ func (r *ComputePlaneReconciler) remembers(key client.ObjectKey) []string {
 	add("teardown progress", ok)
 	add("own writes", r.writes.remembers(key))
 	add("applier digest", r.applierMem.remembers(key))
+	add("cluster-autoscaler kubeconfig digest", r.autoscalerMem.remembers(key))
 	return out
 }

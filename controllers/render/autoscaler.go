@@ -31,6 +31,13 @@ const (
 	AutoscalerComponent = "cluster-autoscaler"
 	// AutoscalerKubeconfigDir is where the plane's kubeconfig is mounted in its pod.
 	AutoscalerKubeconfigDir = "/etc/cluster-autoscaler/workload"
+	// AutoscalerPlaneNamespace is the namespace of the plane where the autoscaler's own
+	// identity lives and where it keeps its Lease and status ConfigMap: the operator's
+	// (remote.AutoscalerNamespace; render does not import remote, whose tests import
+	// render).
+	AutoscalerPlaneNamespace = "computeplane-system"
+	// AutoscalerKubeconfigKey is the key of AutoscalerKubeconfigSecretName's kubeconfig.
+	AutoscalerKubeconfigKey = "value"
 	// AutoscalerImageRepository is the upstream image, tagged v1.<minor>.0 by default.
 	AutoscalerImageRepository = "registry.k8s.io/autoscaling/cluster-autoscaler"
 )
@@ -38,6 +45,13 @@ const (
 // AutoscalerName names the autoscaler's ServiceAccount, RoleBinding and Deployment.
 func AutoscalerName(plane *cpv1.ComputePlane) string {
 	return fitName(ClusterName(plane)+"-cluster-autoscaler", 63)
+}
+
+// AutoscalerKubeconfigSecretName names the Secret, in the infrastructure namespace, of
+// the autoscaler's kubeconfig for the plane: a bounded token of its own ServiceAccount
+// in the plane (remote.AutoscalerIdentity), issued and renewed by the operator.
+func AutoscalerKubeconfigSecretName(plane *cpv1.ComputePlane) string {
+	return fitName(ClusterName(plane)+"-cluster-autoscaler-kubeconfig", 63)
 }
 
 // Autoscaled reports whether some node group of the plane autoscales.
@@ -75,15 +89,18 @@ func Autoscaler(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) []clien
 
 // AutoscalerArgs are the autoscaler's flags: Cluster API's provider, the management
 // cluster through the pod's own ServiceAccount (--clusterapi-cloud-config-authoritative
-// with no --cloud-config), the plane through its kubeconfig (--kubeconfig), and node
-// groups discovered in the infrastructure namespace, of this Cluster only (the
-// provider's informers then watch that one namespace). The operator sets each
-// autoscaled group's minimum, so the autoscaler enforces it.
+// with no --cloud-config), the plane through its own identity's kubeconfig
+// (--kubeconfig), its leader-election Lease and status ConfigMap in that identity's
+// namespace of the plane (--namespace), and node groups discovered in the
+// infrastructure namespace, of this Cluster only (the provider's informers then watch
+// that one namespace). The operator sets each autoscaled group's minimum, so the
+// autoscaler enforces it.
 func AutoscalerArgs(namespace, cluster string) []string {
 	return []string{
 		"--cloud-provider=clusterapi",
 		"--clusterapi-cloud-config-authoritative",
 		"--kubeconfig=" + AutoscalerKubeconfigDir + "/kubeconfig",
+		"--namespace=" + AutoscalerPlaneNamespace,
 		"--node-group-auto-discovery=clusterapi:namespace=" + namespace + ",clusterName=" + cluster,
 		"--enforce-node-group-min-size=true",
 	}
@@ -145,8 +162,8 @@ func autoscalerDeployment(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClas
 			VolumeMounts: []corev1.VolumeMount{{Name: "workload-kubeconfig", MountPath: AutoscalerKubeconfigDir, ReadOnly: true}},
 		}},
 		Volumes: []corev1.Volume{{Name: "workload-kubeconfig", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName: AdminKubeconfigSecretName(plane),
-			Items:      []corev1.KeyToPath{{Key: AdminKubeconfigKey, Path: "kubeconfig"}},
+			SecretName: AutoscalerKubeconfigSecretName(plane),
+			Items:      []corev1.KeyToPath{{Key: AutoscalerKubeconfigKey, Path: "kubeconfig"}},
 		}}}},
 	}
 	return d

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/remote"
 )
 
 var (
@@ -38,9 +39,11 @@ func TestAutoscalerOnlyWhileAGroupAutoscales(t *testing.T) {
 			if got := len(g.Autoscaler) > 0; got != tc.want {
 				t.Fatalf("autoscaler rendered = %v, want %v", got, tc.want)
 			}
+			// Written with the operator's rights in the infrastructure namespace alone, not
+			// with the graph's.
 			for _, o := range g.Autoscaler {
-				if !slices.Contains(g.Objects, o) {
-					t.Errorf("%T %s is not applied with the graph", o, o.GetName())
+				if slices.Contains(g.Objects, o) {
+					t.Errorf("%T %s is applied with the graph", o, o.GetName())
 				}
 			}
 		})
@@ -86,6 +89,7 @@ func TestAutoscalerObjects(t *testing.T) {
 		"--cloud-provider=clusterapi",
 		"--clusterapi-cloud-config-authoritative",
 		"--kubeconfig=/etc/cluster-autoscaler/workload/kubeconfig",
+		"--namespace=" + remote.AutoscalerNamespace,
 		"--node-group-auto-discovery=clusterapi:namespace=" + ns + ",clusterName=plane",
 		"--enforce-node-group-min-size=true",
 	}
@@ -95,8 +99,9 @@ func TestAutoscalerObjects(t *testing.T) {
 	if c.Image != "registry.k8s.io/autoscaling/cluster-autoscaler:v1.33.0" {
 		t.Errorf("image = %q", c.Image)
 	}
+	// Its own identity's kubeconfig, never the plane's admin one.
 	v := pod.Volumes[0].Secret
-	if v == nil || v.SecretName != "plane-admin-kubeconfig" || len(v.Items) != 1 || v.Items[0].Key != AdminKubeconfigKey || v.Items[0].Path != "kubeconfig" {
+	if v == nil || v.SecretName != "plane-cluster-autoscaler-kubeconfig" || len(v.Items) != 1 || v.Items[0].Key != AutoscalerKubeconfigKey || v.Items[0].Path != "kubeconfig" {
 		t.Errorf("kubeconfig volume = %+v", pod.Volumes[0])
 	}
 	// The VMs' policies select the plane's labels and virt-launcher's: the autoscaler's

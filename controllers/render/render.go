@@ -16,8 +16,9 @@ type Graph struct {
 	Objects []client.Object
 	// NodeGroups are the rendered node groups (their objects are also in Objects).
 	NodeGroups []NodeGroup
-	// Autoscaler is the cluster-autoscaler's ServiceAccount, RoleBinding and Deployment
-	// (also in Objects), or nothing when no node group autoscales.
+	// Autoscaler is the cluster-autoscaler's ServiceAccount, RoleBinding and Deployment,
+	// or nothing when no node group autoscales. They are not in Objects: the operator
+	// writes them with rights it holds in the infrastructure namespace alone.
 	Autoscaler []client.Object
 }
 
@@ -42,7 +43,6 @@ func Plane(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, workerVersio
 		g.Objects = append(g.Objects, ng.MachineTemplate, ng.BootstrapTemplate, ng.MachineDeployment, ng.HealthCheck)
 	}
 	g.Autoscaler = Autoscaler(plane, class)
-	g.Objects = append(g.Objects, g.Autoscaler...)
 	for _, a := range Addons(plane, class) {
 		g.Objects = append(g.Objects, a)
 	}
