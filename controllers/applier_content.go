@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/remote"
 )
 
 // The applier Secret lives in the tenant namespace, where the tenant may write Secrets
@@ -34,8 +33,10 @@ const tokenExpiryTolerance = time.Minute
 // applierWant is what the operator writes into the applier Secret, and so what it
 // compares the Secret with.
 type applierWant struct {
-	// labels the Secret carries (the plane's and Flux's watch label).
+	// labels the Secret carries (the plane's, and for the applier Flux's watch label).
 	labels map[string]string
+	// subject is the user name of the ServiceAccount the token must be issued to.
+	subject string
 	// kubeconfig is the kubeconfig the operator writes for a token: the plane's server
 	// and CA, that token as the only credential.
 	kubeconfig func(token string) ([]byte, error)
@@ -72,7 +73,7 @@ func applierSecretMismatch(secret *corev1.Secret, want applierWant) string {
 	if err != nil {
 		return "kubeconfig: " + err.Error()
 	}
-	if why := applierTokenMismatch(token, uid, expires); why != "" {
+	if why := applierTokenMismatch(token, want.subject, uid, expires); why != "" {
 		return "token: " + why
 	}
 	built, err := want.kubeconfig(token)
@@ -116,12 +117,12 @@ type serviceAccountClaims struct {
 	} `json:"kubernetes.io"`
 }
 
-// applierTokenMismatch says why token is not a token of the plane's applier
-// ServiceAccount (uid) expiring at expires, or "". The signature is not checked here:
+// applierTokenMismatch says why token is not a token of the plane's ServiceAccount
+// subject (of UID uid: the applier's, or the autoscaler's) expiring at expires, or "". The signature is not checked here:
 // the plane checks it on every request, and a forged token only fails there. What this
 // catches is a genuine token of another identity (another ServiceAccount of the plane),
 // or of an earlier applier, put in its place.
-func applierTokenMismatch(token, uid string, expires time.Time) string {
+func applierTokenMismatch(token, subject, uid string, expires time.Time) string {
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 {
 		return "not a JWT"
@@ -134,11 +135,11 @@ func applierTokenMismatch(token, uid string, expires time.Time) string {
 	if err := json.Unmarshal(payload, &c); err != nil {
 		return "not a JWT"
 	}
-	if want := "system:serviceaccount:" + remote.ApplierNamespace + ":" + remote.ApplierName; c.Subject != want {
+	if c.Subject != subject {
 		return "issued to " + c.Subject
 	}
 	if c.K8s.ServiceAccount.UID != uid {
-		return "issued to an earlier " + remote.ApplierName
+		return "issued to an earlier " + subject
 	}
 	// An annotation earlier than the token's own expiry only brings its rotation forward
 	// (in place, as when it is due); a later one would let the token lapse unrenewed.

@@ -47,7 +47,7 @@ const applierSub = "system:serviceaccount:" + remote.ApplierNamespace + ":" + re
 
 func TestApplierSecretMismatch(t *testing.T) {
 	expires := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	want := applierWant{labels: map[string]string{"computeplane.cozystack.io/name": "plane", "reconcile.fluxcd.io/watch": "Enabled"},
+	want := applierWant{labels: map[string]string{"computeplane.cozystack.io/name": "plane", "reconcile.fluxcd.io/watch": "Enabled"}, subject: applierSub,
 		kubeconfig: testKubeconfig("https://plane.cp-tenant-a.svc:6443")}
 	written := func(t *testing.T) *corev1.Secret {
 		value, err := want.kubeconfig(fakeJWT(t, applierSub, "uid-1", expires))

@@ -71,6 +71,10 @@ func CacheOptions() cache.Options {
 		&kamajiv1alpha1.TenantControlPlane{}: {Transform: controlPlaneStatus},
 		&bootstrapv1.KubeadmConfigTemplate{}: oursContentless,
 		&ciliumv2.CiliumNetworkPolicy{}:      oursContentless,
+		// A node group's health check (nodes_heal_scale.go). The cluster-autoscaler's
+		// Deployment, ServiceAccount and RoleBinding have no informer: it would need the
+		// right to list and watch them cluster-wide.
+		&clusterv1.MachineHealthCheck{}: ours,
 		&helmv2.HelmRelease{}: {Label: labels.SelectorFromSet(labels.Set{cpv1.PlacementLabel: cpv1.PlacementLabelValue}),
 			Transform: placementRelease},
 	}

@@ -87,6 +87,8 @@ type ComputePlaneReconciler struct {
 	// applierMem is the digest of each plane's applier Secret as last written or
 	// verified.
 	applierMem applierMemory
+	// autoscalerMem is the same of each plane's cluster-autoscaler kubeconfig Secret.
+	autoscalerMem applierMemory
 	// secrets is what the operator needs to bind its Secret rights per namespace.
 	secrets secretAccess
 	// writes keeps a reconcile from working on a cached plane older than its own last
@@ -156,6 +158,8 @@ func (r *ComputePlaneReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		// What the providers report about the objects the operator applied.
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
 		Watches(&clusterv1.MachineDeployment{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
+		// A health check changed by someone is restored at once.
+		Watches(&clusterv1.MachineHealthCheck{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
 		WatchesRawSource(source.Kind(r.Addons, &helmv2.HelmRelease{}, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, o *helmv2.HelmRelease) []ctrl.Request {
 			return planeFromLabels(ctx, o)
 		}))).

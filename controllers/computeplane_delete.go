@@ -120,7 +120,7 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 	// The applier Secret is gone (revoked in an earlier stage); so goes the operator's
 	// right on Secrets in the tenant namespace (its watch there first).
 	r.secretVersions.forget(key)
-	if err := r.dropSecretAccess(ctx, p.Namespace); err != nil {
+	if err := r.dropRights(ctx, secretRights, p.Namespace); err != nil {
 		return ctrl.Result{}, err
 	}
 	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -174,13 +174,17 @@ func (s *scope) planeSelector() client.MatchingLabels {
 	return client.MatchingLabels(render.PlaneSelector(s.plane))
 }
 
-// deleteAddons suspends, then deletes, the add-on releases: the plane is about to go, so
-// nothing needs uninstalling, and a suspended release is deleted without contacting a
-// plane API that may already be dead.
+// deleteAddons removes the cluster-autoscaler (before the Cluster: nothing scales what
+// Cluster API deletes), then suspends and deletes the add-on releases: the plane is about
+// to go, so nothing needs uninstalling, and a suspended release is deleted without
+// contacting a plane API that may already be dead.
 func (r *ComputePlaneReconciler) deleteAddons(ctx context.Context, s *scope) (stageWait, error) {
 	ns := s.plane.Status.InfrastructureNamespace
 	if ns == "" {
 		return stageWait{done: true}, nil
+	}
+	if w, err := r.deleteAutoscaler(ctx, s); err != nil || !w.done {
+		return w, err
 	}
 	hrs, err := r.addonReleases(ctx, ns, s.planeSelector())
 	if err != nil {
@@ -238,6 +242,9 @@ var leftoverKinds = []schema.GroupVersionKind{
 	{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtClusterKind + "List"},
 	{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: render.KubevirtTemplateKind + "List"},
 	bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplateList"),
+	// Cluster API's health check controller makes the Cluster own them (garbage
+	// collected after it), but the operator does not count on a garbage collector.
+	clusterv1.GroupVersion.WithKind("MachineHealthCheckList"),
 	// The egress baseline goes only now, once the VMs it confines are gone.
 	{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicyList"},
 }

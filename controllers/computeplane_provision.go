@@ -104,6 +104,9 @@ func (r *ComputePlaneReconciler) reconcileProvisioning(ctx context.Context, s *s
 	if err := r.pruneNodeGroups(ctx, s, graph); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.pruneHealthChecks(ctx, s, graph); err != nil {
+		return ctrl.Result{}, err
+	}
 
 	// Read again: the applies may have created what the first look did not find.
 	obs, err := r.observeProviders(ctx, s, infraNS, true)

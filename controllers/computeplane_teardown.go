@@ -425,6 +425,13 @@ func (r *ComputePlaneReconciler) removeIdentities(ctx context.Context, s *scope)
 	if err != nil {
 		return stageWait{}, err
 	}
+	// The cluster-autoscaler's identity too: its tokens die with it, before its
+	// Deployment goes with the add-ons.
+	autoscaler, err := remote.RevokeAutoscaler(ctx, plane.Client, labels)
+	removed = append(removed, autoscaler...)
+	if err != nil {
+		return stageWait{}, err
+	}
 	if len(removed) > 0 {
 		r.Events.Eventf(p, nil, corev1.EventTypeNormal, "IdentitiesRemoved", "Teardown", "Removed from the plane: %s", strings.Join(removed, ", "))
 	}

@@ -6,10 +6,11 @@ import (
 
 // forgetPlane drops everything this process remembers of a plane: its connection and
 // watches (the plane cache), its planeState (verified stages, drift series, grants
-// hash), its parsed admin credential, teardown progress, own status writes, applier
-// Secret digest, and the Secrets read for it with their watches. It is the one call for
-// every path on which a plane leaves this manager (gone, torn down, or moved to another
-// shard); a memo added to the reconciler is added here and to remembers, and
+// hash), its parsed admin credential, teardown progress, own status writes, the
+// applier's and cluster-autoscaler's Secret digests, and the Secrets read for it with
+// their watches. It is the one call for every path on which a plane leaves this manager
+// (gone, torn down, or moved to another shard); a memo added to the reconciler is added
+// here and to remembers, and
 // TestDeletedPlaneLeavesNothingBehind checks both.
 func (r *ComputePlaneReconciler) forgetPlane(key client.ObjectKey) {
 	r.Planes.Remove(key)
@@ -18,6 +19,7 @@ func (r *ComputePlaneReconciler) forgetPlane(key client.ObjectKey) {
 	r.recordTeardownProgress(key, -1)
 	r.writes.forget(key)
 	r.applierMem.forget(key)
+	r.autoscalerMem.forget(key)
 	r.secretVersions.forget(key)
 }
 
@@ -38,6 +40,7 @@ func (r *ComputePlaneReconciler) remembers(key client.ObjectKey) []string {
 	add("teardown progress", ok)
 	add("own writes", r.writes.remembers(key))
 	add("applier digest", r.applierMem.remembers(key))
+	add("cluster-autoscaler kubeconfig digest", r.autoscalerMem.remembers(key))
 	add("Secrets read and their watches", r.secretVersions.remembers(key))
 	return out
 }

@@ -24,7 +24,9 @@ import (
 // kubeconfig in the plane's infrastructure namespace and writes the applier kubeconfig in
 // its tenant namespace, and only there: on its first Secret request in such a namespace
 // (refused) it binds the shipped ClusterRole SecretsRole there to itself, a right it holds
-// as `bind` on that one role, and retries. The binding goes with the teardown.
+// as `bind` on that one role, and retries. The binding goes with the teardown. The
+// cluster-autoscaler's Deployment and ServiceAccount are taken the same way
+// (autoscalerRights, nodes_heal_scale.go).
 //
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;create;update;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=computeplane-secrets
@@ -37,29 +39,39 @@ const (
 	SecretsBinding = "computeplane-secrets"
 )
 
+// namespacedRights are rights the operator holds in no namespace until it binds their
+// shipped ClusterRole (Role) to itself in one, with a RoleBinding named Binding.
+type namespacedRights struct {
+	Role, Binding string
+}
+
+// secretRights are the operator's rights on Secrets.
+var secretRights = namespacedRights{Role: SecretsRole, Binding: SecretsBinding}
+
 // errNamespaceTerminating: the operator has no Secret rights in a namespace that is
 // being deleted (its binding went first) and can no longer take them; the namespace's
 // Secrets go with it.
 var errNamespaceTerminating = errors.New("the namespace is being deleted")
 
-// secretAccess knows who the operator is (for the binding's subject).
+// secretAccess knows who the operator is (for the bindings' subject).
 type secretAccess struct {
 	mu      sync.Mutex
 	subject *rbacv1.Subject
 }
 
-// withSecretAccess runs op, a request on Secrets in namespace; when RBAC refuses it, it
-// binds SecretsRole to the operator there and runs op again once the binding is in force.
-func (r *ComputePlaneReconciler) withSecretAccess(ctx context.Context, namespace string, op func() error) error {
+// withRights runs op, a request in namespace that rights cover; when RBAC refuses it,
+// it binds rights.Role to the operator there and runs op again once the binding is in
+// force.
+func (r *ComputePlaneReconciler) withRights(ctx context.Context, rights namespacedRights, namespace string, op func() error) error {
 	err := op()
 	if !apierrors.IsForbidden(err) {
 		return err
 	}
-	if gerr := r.grantSecretAccess(ctx, namespace); gerr != nil {
+	if gerr := r.grantRights(ctx, rights, namespace); gerr != nil {
 		if apierrors.HasStatusCause(gerr, corev1.NamespaceTerminatingCause) {
 			return fmt.Errorf("%w: %w", errNamespaceTerminating, err)
 		}
-		return fmt.Errorf("%w (and binding %s in %s: %w)", err, SecretsRole, namespace, gerr)
+		return fmt.Errorf("%w (and binding %s in %s: %w)", err, rights.Role, namespace, gerr)
 	}
 	// The authorizer sees a new binding a moment later.
 	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
@@ -67,6 +79,12 @@ func (r *ComputePlaneReconciler) withSecretAccess(ctx context.Context, namespace
 		return !apierrors.IsForbidden(err), nil
 	})
 	return err
+}
+
+// withSecretAccess runs op, a request on Secrets in namespace, with the operator's
+// Secret rights there.
+func (r *ComputePlaneReconciler) withSecretAccess(ctx context.Context, namespace string, op func() error) error {
+	return r.withRights(ctx, secretRights, namespace, op)
 }
 
 // secretsIn is the one way the operator reaches Secrets: every request goes through
@@ -120,17 +138,17 @@ func (c secretsIn) delete(secret *corev1.Secret) error {
 	return c.r.withSecretAccess(c.ctx, c.namespace, func() error { return client.IgnoreNotFound(c.r.Delete(c.ctx, secret)) })
 }
 
-// grantSecretAccess creates (or puts back) the operator's Secret binding in namespace.
+// grantRights creates (or puts back) the operator's binding of rights in namespace.
 // A RoleBinding of that name the operator did not create is never touched.
-func (r *ComputePlaneReconciler) grantSecretAccess(ctx context.Context, namespace string) error {
+func (r *ComputePlaneReconciler) grantRights(ctx context.Context, rights namespacedRights, namespace string) error {
 	subject, err := r.operatorSubject(ctx)
 	if err != nil {
 		return err
 	}
 	want := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: SecretsBinding,
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: rights.Binding,
 			Labels: map[string]string{render.ManagedByLabel: render.ManagedByValue}},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: SecretsRole},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: rights.Role},
 		Subjects: []rbacv1.Subject{*subject},
 	}
 	live := &rbacv1.RoleBinding{}
@@ -140,7 +158,7 @@ func (r *ComputePlaneReconciler) grantSecretAccess(ctx context.Context, namespac
 	case err != nil:
 		return err
 	case live.Labels[render.ManagedByLabel] != render.ManagedByValue:
-		return fmt.Errorf("RoleBinding %s/%s exists and was not created by the operator; the operator never overwrites it: delete or rename it", namespace, SecretsBinding)
+		return fmt.Errorf("RoleBinding %s/%s exists and was not created by the operator; the operator never overwrites it: delete or rename it", namespace, rights.Binding)
 	case live.RoleRef != want.RoleRef: // immutable
 		if err := r.Delete(ctx, live); client.IgnoreNotFound(err) != nil {
 			return err
@@ -153,10 +171,23 @@ func (r *ComputePlaneReconciler) grantSecretAccess(ctx context.Context, namespac
 	return nil
 }
 
-// dropSecretAccess removes the operator's Secret binding from namespace, if it made one.
-func (r *ComputePlaneReconciler) dropSecretAccess(ctx context.Context, namespace string) error {
+// holdsRights reports whether the operator's binding of rights exists in namespace: the
+// operator can have made nothing there that needs them without it.
+func (r *ComputePlaneReconciler) holdsRights(ctx context.Context, rights namespacedRights, namespace string) (bool, error) {
 	live := &rbacv1.RoleBinding{}
-	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: SecretsBinding}, live); {
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: rights.Binding}, live); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return live.Labels[render.ManagedByLabel] == render.ManagedByValue, nil
+}
+
+// dropRights removes the operator's binding of rights from namespace, if it made one.
+func (r *ComputePlaneReconciler) dropRights(ctx context.Context, rights namespacedRights, namespace string) error {
+	live := &rbacv1.RoleBinding{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: rights.Binding}, live); {
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:

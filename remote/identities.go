@@ -117,9 +117,9 @@ func sorted(in []string) []string {
 // operator wrote them: an added rule or subject grants something.
 func ExactFields(obj client.Object) []string {
 	switch obj.(type) {
-	case *rbacv1.Role:
+	case *rbacv1.Role, *rbacv1.ClusterRole:
 		return []string{"rules"}
-	case *rbacv1.RoleBinding:
+	case *rbacv1.RoleBinding, *rbacv1.ClusterRoleBinding:
 		return []string{"subjects", "roleRef"}
 	}
 	return nil

@@ -16,7 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// ApplierToken is a short-lived token of the applier ServiceAccount.
+// ApplierToken is a short-lived token of a ServiceAccount of the plane (the applier's,
+// or the cluster-autoscaler's).
 type ApplierToken struct {
 	Token     string
 	ExpiresAt time.Time
@@ -28,15 +29,21 @@ type ApplierToken struct {
 // IssueApplierToken asks the plane's TokenRequest API for a token of the applier with
 // a bounded lifetime.
 func IssueApplierToken(ctx context.Context, c client.Client, lifetime time.Duration) (*ApplierToken, error) {
+	return IssueToken(ctx, c, client.ObjectKey{Namespace: ApplierNamespace, Name: ApplierName}, lifetime)
+}
+
+// IssueToken asks the plane's TokenRequest API for a token of the ServiceAccount
+// account with a bounded lifetime.
+func IssueToken(ctx context.Context, c client.Client, account client.ObjectKey, lifetime time.Duration) (*ApplierToken, error) {
 	sa := &corev1.ServiceAccount{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ApplierNamespace, Name: ApplierName}, sa); err != nil {
+	if err := c.Get(ctx, account, sa); err != nil {
 		return nil, err
 	}
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		ExpirationSeconds: ptr.To(int64(lifetime.Seconds())),
 	}}
 	if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
-		return nil, fmt.Errorf("requesting a token for %s/%s: %w", ApplierNamespace, ApplierName, err)
+		return nil, fmt.Errorf("requesting a token for %s: %w", account, err)
 	}
 	return &ApplierToken{Token: tr.Status.Token, ExpiresAt: tr.Status.ExpirationTimestamp.Time, ServiceAccountUID: string(sa.UID)}, nil
 }
@@ -45,15 +52,22 @@ func IssueApplierToken(ctx context.Context, c client.Client, lifetime time.Durat
 // from the verified admin credential (its in-cluster .svc address, which Flux reaches),
 // the applier's token as the only credential.
 func ApplierKubeconfig(admin *AdminCredential, token string) ([]byte, error) {
+	return TokenKubeconfig(admin, ApplierName, token)
+}
+
+// TokenKubeconfig is a kubeconfig for user: the plane's server and CA taken from the
+// verified admin credential (its in-cluster .svc address, which the management
+// cluster's pods reach), token as the only credential.
+func TokenKubeconfig(admin *AdminCredential, user, token string) ([]byte, error) {
 	m, err := admin.material()
 	if err != nil {
 		return nil, err
 	}
 	out := clientcmdapi.NewConfig()
 	out.Clusters["plane"] = &clientcmdapi.Cluster{Server: admin.Server, CertificateAuthorityData: m.ca}
-	out.AuthInfos[ApplierName] = &clientcmdapi.AuthInfo{Token: token}
-	out.Contexts[ApplierName+"@plane"] = &clientcmdapi.Context{Cluster: "plane", AuthInfo: ApplierName}
-	out.CurrentContext = ApplierName + "@plane"
+	out.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	out.Contexts[user+"@plane"] = &clientcmdapi.Context{Cluster: "plane", AuthInfo: user}
+	out.CurrentContext = user + "@plane"
 	return clientcmd.Write(*out)
 }
 

@@ -377,6 +377,19 @@ type NodeGroupLimits struct {
 	// DefaultDiskSize of a node's system disk when the group does not set one.
 	// +optional
 	DefaultDiskSize *resource.Quantity `json:"defaultDiskSize,omitempty"`
+
+	// HealthCheck is the Cluster API MachineHealthCheck every node group of every plane
+	// of the class gets: when a node is remediated, and how many at once. Only the class
+	// sets it; a ComputePlane has no field that loosens it.
+	// +optional
+	// +kubebuilder:default={}
+	HealthCheck NodeHealthCheck `json:"healthCheck,omitempty"`
+
+	// Autoscaler is the cluster-autoscaler a plane gets while one of its node groups is
+	// autoscaled (minReplicas below maxReplicas).
+	// +optional
+	// +kubebuilder:default={}
+	Autoscaler ClusterAutoscalerProfile `json:"autoscaler,omitempty"`
 }
 
 // GPULimit allows one GPU device type.

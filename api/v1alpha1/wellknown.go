@@ -88,12 +88,13 @@ const (
 // annotation, as `kubectl edit` does).
 const AppliedHashAnnotation = "computeplane.cozystack.io/applied-hash"
 
-// Annotations on the applier kubeconfig Secret.
+// Annotations on the kubeconfig Secrets the operator issues tokens into: the applier's,
+// and a plane's cluster-autoscaler's.
 const (
-
 	// TokenExpiresAtAnnotation is when the token in the Secret expires (RFC 3339).
 	TokenExpiresAtAnnotation = "computeplane.cozystack.io/token-expires-at"
-	// ApplierUIDAnnotation is the UID of the applier ServiceAccount the token is bound to.
+	// ApplierUIDAnnotation is the UID of the plane's ServiceAccount the token is bound to
+	// (the applier's, or the cluster-autoscaler's: the key keeps its first name).
 	ApplierUIDAnnotation = "computeplane.cozystack.io/applier-uid"
 )
 

@@ -28,6 +28,7 @@ type NodeGroup struct {
 	MachineTemplate   *unstructured.Unstructured
 	BootstrapTemplate *bootstrapv1.KubeadmConfigTemplate
 	MachineDeployment *clusterv1.MachineDeployment
+	HealthCheck       *clusterv1.MachineHealthCheck
 }
 
 // NodeGroups renders every node group at workerVersion, sorted by name.
@@ -94,7 +95,7 @@ func nodeGroup(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, version,
 	md.Name = mdName
 	md.Labels = groupLabels
 	md.Spec.ClusterName = cluster
-	md.Spec.Selector.MatchLabels = map[string]string{ClusterNameLabel: cluster, cpv1.NodeGroupLabel: name}
+	md.Spec.Selector.MatchLabels = machineSelector(cluster, name)
 	md.Spec.Template.ObjectMeta.Labels = merge(groupLabels, roleLabels(g.Roles))
 	md.Spec.Template.Spec.ClusterName = cluster
 	md.Spec.Template.Spec.Version = version
@@ -114,7 +115,8 @@ func nodeGroup(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, version,
 			AutoscalerMaxAnnotation: strconv.Itoa(int(g.MaxReplicas)),
 		}
 	}
-	return NodeGroup{Name: name, MachineTemplate: kmt, BootstrapTemplate: kct, MachineDeployment: md}, nil
+	return NodeGroup{Name: name, MachineTemplate: kmt, BootstrapTemplate: kct, MachineDeployment: md,
+		HealthCheck: MachineHealthCheck(plane, class, name)}, nil
 }
 
 // VirtualMachineSpec is the KubeVirt VM of one node: an instance type or explicit

@@ -16,6 +16,10 @@ type Graph struct {
 	Objects []client.Object
 	// NodeGroups are the rendered node groups (their objects are also in Objects).
 	NodeGroups []NodeGroup
+	// Autoscaler is the cluster-autoscaler's ServiceAccount, RoleBinding and Deployment,
+	// or nothing when no node group autoscales. They are not in Objects: the operator
+	// writes them with rights it holds in the infrastructure namespace alone.
+	Autoscaler []client.Object
 }
 
 // Plane renders a plane's whole infrastructure graph. The control plane always gets the
@@ -36,8 +40,9 @@ func Plane(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, workerVersio
 	g.Namespace = ns
 	g.Objects = append(g.Objects, KamajiControlPlane(plane, class), KubevirtCluster(plane, class), Cluster(plane, class))
 	for _, ng := range groups {
-		g.Objects = append(g.Objects, ng.MachineTemplate, ng.BootstrapTemplate, ng.MachineDeployment)
+		g.Objects = append(g.Objects, ng.MachineTemplate, ng.BootstrapTemplate, ng.MachineDeployment, ng.HealthCheck)
 	}
+	g.Autoscaler = Autoscaler(plane, class)
 	for _, a := range Addons(plane, class) {
 		g.Objects = append(g.Objects, a)
 	}

@@ -94,11 +94,16 @@ func TestPlaneGraph(t *testing.T) {
 			[]string{"KamajiControlPlane", "KubevirtCluster", "Cluster", "HelmRelease"}, 0},
 		{"one node group", map[string]cpv1.NodeGroup{"workers": medium},
 			[]string{"KamajiControlPlane", "KubevirtCluster", "Cluster",
-				"KubevirtMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment", "HelmRelease"}, 1},
+				"KubevirtMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment", "MachineHealthCheck",
+				"HelmRelease"}, 1},
 		{"several, sorted", map[string]cpv1.NodeGroup{"b": medium, "a": medium},
 			[]string{"KamajiControlPlane", "KubevirtCluster", "Cluster",
-				"KubevirtMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment",
-				"KubevirtMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment", "HelmRelease"}, 2},
+				"KubevirtMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment", "MachineHealthCheck",
+				"KubevirtMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment", "MachineHealthCheck",
+				"HelmRelease"}, 2},
+		{"fixed size: no autoscaler", map[string]cpv1.NodeGroup{"a": {MinReplicas: 2, MaxReplicas: 2, InstanceType: "u1.medium"}},
+			[]string{"KamajiControlPlane", "KubevirtCluster", "Cluster",
+				"KubevirtMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment", "MachineHealthCheck", "HelmRelease"}, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

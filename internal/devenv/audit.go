@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -87,7 +88,8 @@ func AuditedRequests(path string) (asked, forbidden map[Access]int, err error) {
 }
 
 // ShippedOperatorRules returns the rules config/default grants the operator: its
-// ClusterRole, its leader-election Role and the Secret role it binds itself to.
+// ClusterRole, its leader-election Role and the roles it binds itself to one namespace
+// at a time (Secrets, the cluster-autoscaler's objects).
 func ShippedOperatorRules(root string) (map[string][]rbacv1.PolicyRule, error) {
 	objs, err := Render(root)
 	if err != nil {
@@ -96,7 +98,7 @@ func ShippedOperatorRules(root string) (map[string][]rbacv1.PolicyRule, error) {
 	out := map[string][]rbacv1.PolicyRule{}
 	for _, u := range objs {
 		switch u.GetName() {
-		case "computeplane-manager", "computeplane-leader-election", "computeplane-secrets":
+		case "computeplane-manager", "computeplane-leader-election", "computeplane-secrets", "computeplane-autoscaler-manager":
 		default:
 			continue
 		}
@@ -170,10 +172,20 @@ func writeAuditPolicy(dir, content string) (map[string]string, string, error) {
 	}, log, nil
 }
 
+// takenPerNamespace are the rights the operator holds in no namespace until it binds
+// their role there itself: its first such request in a namespace is refused by design
+// (Secrets; a plane's cluster-autoscaler's Deployment, ServiceAccount and RoleBinding,
+// whose other verbs the operator holds cluster-wide). Verbs nil: all.
+var takenPerNamespace = map[[2]string][]string{
+	{"", "secrets"}:                               nil,
+	{"apps", "deployments"}:                       nil,
+	{"", "serviceaccounts"}:                       nil,
+	{"rbac.authorization.k8s.io", "rolebindings"}: {"patch"},
+}
+
 // Refused returns, from the audit log, the operator's requests the API server refused
-// for want of a right, but for Secrets (refused by design in a namespace until the
-// operator binds its Secret role there): each is a right the controllers use that the
-// shipped RBAC does not grant.
+// for want of a right, but for those taken per namespace (takenPerNamespace): each is a
+// right the controllers use that the shipped RBAC does not grant.
 func Refused(path string) ([]string, map[Access]int, error) {
 	asked, forbidden, err := AuditedRequests(path)
 	if err != nil {
@@ -181,7 +193,7 @@ func Refused(path string) ([]string, map[Access]int, error) {
 	}
 	var out []string
 	for a, n := range forbidden {
-		if a.Group == "" && a.Resource == "secrets" {
+		if verbs, ok := takenPerNamespace[[2]string{a.Group, a.Resource}]; ok && (verbs == nil || slices.Contains(verbs, a.Verb)) {
 			continue
 		}
 		out = append(out, fmt.Sprintf("%s (%d times)", a, n))

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/computeplane/controllers"
+	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 )
 
@@ -128,18 +129,56 @@ func TestShippedRBACHoldsNoClusterWideSecrets(t *testing.T) {
 			if role == nil {
 				t.Fatalf("%s binds %s, which config/default does not ship", b.Name, b.RoleRef.Name)
 			}
+			bindable := []string{controllers.SecretsRole, controllers.AutoscalerManagerRole, render.AutoscalerClusterRole}
 			for _, rule := range role.Rules {
 				if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "*") {
 					t.Errorf("ClusterRole %s gives the operator Secrets cluster-wide: %+v", role.Name, rule)
 				}
-				if slices.Contains(rule.Verbs, "bind") && !slices.Equal(rule.ResourceNames, []string{controllers.SecretsRole}) {
-					t.Errorf("ClusterRole %s lets the operator bind more than %s: %+v", role.Name, controllers.SecretsRole, rule)
+				// A Deployment (or pod) creator runs anything as any ServiceAccount of its
+				// namespace: the operator takes such rights one infrastructure namespace
+				// at a time (controllers.AutoscalerManagerRole), never cluster-wide.
+				for _, res := range []string{"deployments", "serviceaccounts", "pods", "replicasets", "daemonsets", "statefulsets", "jobs", "cronjobs"} {
+					if slices.Contains(rule.Resources, res) && slices.ContainsFunc(rule.Verbs, func(v string) bool { return v != "get" && v != "list" && v != "watch" }) {
+						t.Errorf("ClusterRole %s lets the operator write %s cluster-wide: %+v", role.Name, res, rule)
+					}
+				}
+				if slices.Contains(rule.Verbs, "bind") && (len(rule.ResourceNames) == 0 ||
+					slices.ContainsFunc(rule.ResourceNames, func(n string) bool { return !slices.Contains(bindable, n) })) {
+					t.Errorf("ClusterRole %s lets the operator bind more than %v: %+v", role.Name, bindable, rule)
 				}
 			}
 		}
 	}
 	if bound == 0 {
 		t.Fatal("config/default binds the operator no ClusterRole")
+	}
+	// The autoscaler's role, which the operator binds in infrastructure namespaces: no
+	// Secret, no wildcard, nothing created or deleted.
+	autoscaler := roles[render.AutoscalerClusterRole]
+	if autoscaler == nil {
+		t.Errorf("config/default ships no %s role", render.AutoscalerClusterRole)
+	} else {
+		for _, rule := range autoscaler.Rules {
+			if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "*") || slices.Contains(rule.Verbs, "*") ||
+				slices.Contains(rule.Verbs, "create") || slices.Contains(rule.Verbs, "delete") || slices.Contains(rule.Verbs, "bind") ||
+				slices.Contains(rule.Verbs, "escalate") || slices.Contains(rule.Verbs, "impersonate") {
+				t.Errorf("ClusterRole %s grants more than the autoscaler uses: %+v", autoscaler.Name, rule)
+			}
+		}
+	}
+	// The operator's rights on the autoscaler, bound in infrastructure namespaces only:
+	// no Secret, no wildcard, no RBAC but the autoscaler's binding.
+	manager := roles[controllers.AutoscalerManagerRole]
+	if manager == nil {
+		t.Errorf("config/default ships no %s role", controllers.AutoscalerManagerRole)
+	} else {
+		for _, rule := range manager.Rules {
+			if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "*") || slices.Contains(rule.Verbs, "*") ||
+				slices.Contains(rule.Verbs, "bind") || slices.Contains(rule.Verbs, "escalate") || slices.Contains(rule.Verbs, "impersonate") ||
+				slices.Contains(rule.Resources, "roles") || slices.Contains(rule.Resources, "clusterroles") || slices.Contains(rule.Resources, "clusterrolebindings") {
+				t.Errorf("ClusterRole %s grants more than the operator's autoscaler needs: %+v", manager.Name, rule)
+			}
+		}
 	}
 	secrets := roles[controllers.SecretsRole]
 	if secrets == nil || len(secrets.Rules) != 1 || !slices.Equal(secrets.Rules[0].Resources, []string{"secrets"}) {

@@ -56,6 +56,11 @@ func CheckNothingLeft(tb testing.TB, ctx context.Context, c client.Client, p *cp
 		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: "KubevirtClusterList"},
 		{Group: render.InfrastructureGroup, Version: "v1alpha1", Kind: "KubevirtMachineTemplateList"},
 		{Group: "bootstrap.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmConfigTemplateList"},
+		clusterv1.GroupVersion.WithKind("MachineHealthCheckList"),
+		// The cluster-autoscaler of a plane whose groups autoscale.
+		{Group: "apps", Version: "v1", Kind: "DeploymentList"},
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleBindingList"},
+		{Version: "v1", Kind: "ServiceAccountList"},
 		{Group: "helm.toolkit.fluxcd.io", Version: "v2", Kind: "HelmReleaseList"},
 		{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicyList"},
 		{Version: "v1", Kind: "SecretList"},

@@ -38,6 +38,7 @@ var UpstreamCRDs = []UpstreamCRDSource{
 		"core/config/crd/bases/cluster.x-k8s.io_machinedeployments.yaml",
 		"core/config/crd/bases/cluster.x-k8s.io_machinesets.yaml",
 		"core/config/crd/bases/cluster.x-k8s.io_machines.yaml",
+		"core/config/crd/bases/cluster.x-k8s.io_machinehealthchecks.yaml",
 		"bootstrap/kubeadm/config/crd/bases/bootstrap.cluster.x-k8s.io_kubeadmconfigtemplates.yaml",
 	}},
 	{Module: "github.com/clastix/kamaji", Version: "v1.0.0", Files: []string{
