@@ -6,7 +6,6 @@ import (
 	"os"
 	"time"
 
-
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/util/workqueue"
