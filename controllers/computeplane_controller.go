@@ -232,7 +232,8 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		}
 	}
 
-	s := &scope{plane: plane, results: map[string]stageResult{}}
+	// A person's reconcile request reads everything afresh, the Secrets too.
+	s := &scope{plane: plane, results: map[string]stageResult{}, freshSecrets: reconcileRequested(plane)}
 	before := plane.Status.DeepCopy()
 	defer func() {
 		if err := r.patchStatus(ctx, s, before, retErr); err != nil {
@@ -371,6 +372,8 @@ type scope struct {
 	quiet bool
 	// read is the full read this pass makes of the plane, recorded once it is through.
 	read planeRead
+	// freshSecrets: Secrets are read from the API server, not recalled by version.
+	freshSecrets bool
 	// unproven: the hardening wrote or first read the posture this pass, and its
 	// policies are not yet proven in force (reconcileEnforcement).
 	unproven *unproven

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -131,7 +132,7 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 			return ctrl.Result{}, err
 		}
 		delete(s.results, cpv1.AdmissionCondition)
-		s.unproven = &unproven{posture: posture, canary: canary}
+		s.unproven = &unproven{posture: posture, canary: canary, written: slices.ContainsFunc(wrote, isPolicy)}
 		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
 	r.setVerified(key, cpv1.PodSecurityCondition, true)
@@ -145,17 +146,24 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 type unproven struct {
 	posture remote.Posture
 	canary  client.Client
+	// written: this pass wrote some of the policies.
+	written bool
 }
+
+func isPolicy(what string) bool { return strings.HasPrefix(what, "ValidatingAdmissionPolicy") }
 
 // The kube-apiserver loads admission policies on a fixed refresh (every second:
 // k8s.io/apiserver pkg/admission/plugin/policy/generic/policy_source.go,
 // policyRefreshIntervalDefault), so a new policy comes into force up to a second after
 // it is written. enforcementPoll is how often the canaries look meanwhile (a round of
-// dry runs costs a few milliseconds), and enforcementWait how long a pass waits before
-// it lets the worker go and looks again later.
+// dry runs costs a few milliseconds), within enforcementWait of the policies first found
+// unproven; past it a pass looks once and lets the worker go (a plane that never
+// enforces its policies must not hold a worker), and looks again after
+// enforcementRetry.
 const (
-	enforcementPoll = 50 * time.Millisecond
-	enforcementWait = 1500 * time.Millisecond
+	enforcementPoll  = 50 * time.Millisecond
+	enforcementWait  = 1500 * time.Millisecond
+	enforcementRetry = time.Second
 )
 
 // reconcileEnforcement proves a newly written posture in force: each policy refuses the
@@ -166,8 +174,10 @@ func (r *ComputePlaneReconciler) reconcileEnforcement(ctx context.Context, s *sc
 	if s.unproven == nil {
 		return ctrl.Result{}, nil
 	}
+	key := client.ObjectKeyFromObject(s.plane)
+	budget := max(enforcementWait-r.unprovenFor(key, time.Now(), s.unproven.written), time.Millisecond)
 	var pending []string
-	err := wait.PollUntilContextTimeout(ctx, enforcementPoll, enforcementWait, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, enforcementPoll, budget, true, func(ctx context.Context) (bool, error) {
 		var err error
 		pending, err = s.unproven.posture.Unenforced(ctx, s.unproven.canary)
 		return len(pending) == 0, err
@@ -178,13 +188,14 @@ func (r *ComputePlaneReconciler) reconcileEnforcement(ctx context.Context, s *sc
 		s.observe(cpv1.AdmissionCondition, stageFalse(NotEnforcedReason,
 			"the plane's API server does not enforce %v yet (a dry-run request they must refuse was accepted); looking again shortly", pending))
 		s.waiting = true
-		return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		return ctrl.Result{RequeueAfter: enforcementRetry}, nil
 	default:
 		return ctrl.Result{}, err
 	}
 	s.unproven = nil
+	r.proven(key)
 	s.observe(cpv1.AdmissionCondition, stageTrue(cpv1.SucceededReason, admissionInForce()))
-	r.setVerified(client.ObjectKeyFromObject(s.plane), cpv1.PodSecurityCondition, true)
+	r.setVerified(key, cpv1.PodSecurityCondition, true)
 	return ctrl.Result{}, nil
 }
 
@@ -245,7 +256,7 @@ func (r *ComputePlaneReconciler) reportDrift(s *scope, key client.ObjectKey, sta
 func writtenFindings(wrote []string) remote.Findings {
 	var f remote.Findings
 	for _, w := range wrote {
-		if strings.HasPrefix(w, "ValidatingAdmissionPolicy") {
+		if isPolicy(w) {
 			f.Admission = append(f.Admission, w)
 		} else {
 			f.PodSecurity = append(f.PodSecurity, w)

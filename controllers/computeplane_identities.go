@@ -45,9 +45,9 @@ func (r *ComputePlaneReconciler) reconcileIdentities(ctx context.Context, s *sco
 		// pass looks at it (its version, from its namespace's watch: secret_versions.go):
 		// found as the operator last left it, the pass is done; otherwise it is read in
 		// full below. So with the cluster-autoscaler's.
-		asLeft, err := r.credentialAsLeft(ctx, p, r.applierCredential(p))
+		asLeft, err := r.credentialAsLeft(ctx, s, r.applierCredential(p))
 		if err == nil && asLeft && render.Autoscaled(p) {
-			asLeft, err = r.credentialAsLeft(ctx, p, r.autoscalerCredential(p))
+			asLeft, err = r.credentialAsLeft(ctx, s, r.autoscalerCredential(p))
 		}
 		if err != nil || asLeft {
 			return ctrl.Result{}, err
@@ -255,7 +255,7 @@ func (r *ComputePlaneReconciler) inspectCredential(ctx context.Context, s *scope
 		return credentialFound{}, err
 	}
 	secret := &corev1.Secret{}
-	switch err := r.secretsIn(ctx, cred.secret.Namespace, client.ObjectKeyFromObject(p)).get(cred.secret.Name, secret); {
+	switch err := r.secretsIn(ctx, cred.secret.Namespace, s).get(cred.secret.Name, secret); {
 	case apierrors.IsNotFound(err):
 		return credentialFound{}, nil
 	case err != nil:
@@ -313,9 +313,10 @@ func (r *ComputePlaneReconciler) ensureApplierSecret(ctx context.Context, s *sco
 
 // credentialAsLeft reports whether a credential's Secret is exactly as the operator
 // last wrote or found it: one read of it, no parse.
-func (r *ComputePlaneReconciler) credentialAsLeft(ctx context.Context, p *cpv1.ComputePlane, cred tokenCredential) (bool, error) {
+func (r *ComputePlaneReconciler) credentialAsLeft(ctx context.Context, s *scope, cred tokenCredential) (bool, error) {
+	p := s.plane
 	secret := &corev1.Secret{}
-	switch err := r.secretsIn(ctx, cred.secret.Namespace, client.ObjectKeyFromObject(p)).get(cred.secret.Name, secret); {
+	switch err := r.secretsIn(ctx, cred.secret.Namespace, s).get(cred.secret.Name, secret); {
 	case apierrors.IsNotFound(err):
 		return false, nil
 	case err != nil:
@@ -362,7 +363,7 @@ func (r *ComputePlaneReconciler) writeCredential(ctx context.Context, s *scope, 
 	if err := cred.own(secret); err != nil {
 		return time.Time{}, err
 	}
-	secrets := r.secretsIn(ctx, cred.secret.Namespace, client.ObjectKeyFromObject(p))
+	secrets := r.secretsIn(ctx, cred.secret.Namespace, s)
 	if found.secret != nil {
 		err = secrets.update(secret)
 	} else {
@@ -394,7 +395,7 @@ func (r *ComputePlaneReconciler) revokeApplierCredential(ctx context.Context, s 
 	p := s.plane
 	var revoked []string
 	secret := &corev1.Secret{}
-	secrets := r.secretsIn(ctx, p.Namespace, client.ObjectKeyFromObject(p))
+	secrets := r.secretsIn(ctx, p.Namespace, s)
 	switch err := secrets.get(render.ApplierSecretName(p), secret); {
 	case apierrors.IsNotFound(err):
 	case errors.Is(err, errNamespaceTerminating):

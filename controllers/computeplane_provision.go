@@ -220,7 +220,7 @@ func (r *ComputePlaneReconciler) observeProviders(ctx context.Context, s *scope,
 	if withKubeconfig && obs.tcp != nil && obs.tcp.Status.KubeConfig.Admin.SecretName != "" {
 		obs.kubeconfigSecret = obs.tcp.Status.KubeConfig.Admin.SecretName
 		secret := &corev1.Secret{}
-		err := r.secretsIn(ctx, ns, client.ObjectKeyFromObject(s.plane)).get(obs.kubeconfigSecret, secret)
+		err := r.secretsIn(ctx, ns, s).get(obs.kubeconfigSecret, secret)
 		switch {
 		case apierrors.IsNotFound(err):
 			obs.kubeconfigMissing = "does not exist yet"

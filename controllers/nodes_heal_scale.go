@@ -157,7 +157,7 @@ func (r *ComputePlaneReconciler) autoscalerMayExist(ctx context.Context, s *scop
 // operator made it for this plane.
 func (r *ComputePlaneReconciler) deleteAutoscalerKubeconfig(ctx context.Context, s *scope) error {
 	cred := r.autoscalerCredential(s.plane)
-	secrets := r.secretsIn(ctx, cred.secret.Namespace, client.ObjectKeyFromObject(s.plane))
+	secrets := r.secretsIn(ctx, cred.secret.Namespace, s)
 	secret := &corev1.Secret{}
 	switch err := secrets.get(cred.secret.Name, secret); {
 	case apierrors.IsNotFound(err), errors.Is(err, errNamespaceTerminating):

@@ -13,11 +13,14 @@ import (
 // the connection (the plane cache's): per stage, whether it was last read back as the
 // operator left it, so a difference found later is drift even when the status in the
 // informer cache lags behind its own writes; its drift series; and the hash of the
-// grant policy last applied.
+// grant policy last applied; since when its written policies wait to be proven in force.
 type planeState struct {
 	verified   map[string]bool
 	drifts     driftSeries
 	grantsHash string
+	// unprovenSince is when a pass first found the posture written but not proven in
+	// force (zero once proven).
+	unprovenSince time.Time
 }
 
 // planeStates holds every plane's state; forgetPlane drops one.
@@ -106,4 +109,27 @@ func (r *ComputePlaneReconciler) repairWait(key client.ObjectKey, now time.Time)
 		}
 	})
 	return wait
+}
+
+// unprovenFor records that the plane's policies are written and not yet proven in force
+// (from now on, when restart: this pass wrote some), and says for how long that has been
+// so.
+func (r *ComputePlaneReconciler) unprovenFor(key client.ObjectKey, now time.Time, restart bool) time.Duration {
+	var since time.Time
+	r.state.with(key, func(s *planeState) {
+		if restart || s.unprovenSince.IsZero() {
+			s.unprovenSince = now
+		}
+		since = s.unprovenSince
+	})
+	return now.Sub(since)
+}
+
+// proven records that the plane's policies were seen in force.
+func (r *ComputePlaneReconciler) proven(key client.ObjectKey) {
+	r.state.peek(key, func(s *planeState) {
+		if s != nil {
+			s.unprovenSince = time.Time{}
+		}
+	})
 }

@@ -95,17 +95,20 @@ type secretsIn struct {
 	namespace string
 	// plane is the ComputePlane the Secrets are read for (a change wakes it).
 	plane client.ObjectKey
+	// fresh: read from the API server whatever the watch says (a person asked for a
+	// reconcile).
+	fresh bool
 }
 
-func (r *ComputePlaneReconciler) secretsIn(ctx context.Context, namespace string, plane client.ObjectKey) secretsIn {
-	return secretsIn{r: r, ctx: ctx, namespace: namespace, plane: plane}
+func (r *ComputePlaneReconciler) secretsIn(ctx context.Context, namespace string, s *scope) secretsIn {
+	return secretsIn{r: r, ctx: ctx, namespace: namespace, plane: client.ObjectKeyFromObject(s.plane), fresh: s.freshSecrets}
 }
 
 // get reads the Secret as it was last read when the namespace's watch reports the same
 // version (secret_versions.go), and from the API server otherwise.
 func (c secretsIn) get(name string, secret *corev1.Secret) error {
 	key := client.ObjectKey{Namespace: c.namespace, Name: name}
-	if c.r.secretVersions.recall(key, secret) {
+	if !c.fresh && c.r.secretVersions.recall(key, secret) {
 		return nil
 	}
 	err := c.r.withSecretAccess(c.ctx, c.namespace, func() error {
