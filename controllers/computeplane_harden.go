@@ -176,12 +176,21 @@ func (r *ComputePlaneReconciler) reconcileEnforcement(ctx context.Context, s *sc
 	}
 	key := client.ObjectKeyFromObject(s.plane)
 	budget := max(enforcementWait-r.unprovenFor(key, time.Now(), s.unproven.written), time.Millisecond)
-	var pending []string
-	err := wait.PollUntilContextTimeout(ctx, enforcementPoll, budget, true, func(ctx context.Context) (bool, error) {
-		var err error
-		pending, err = s.unproven.posture.Unenforced(ctx, s.unproven.canary)
-		return len(pending) == 0, err
-	})
+	posture, canary := s.unproven.posture, s.unproven.canary
+	pending, err := posture.Unenforced(ctx, canary)
+	if err == nil && len(pending) > 0 {
+		// The API server loads all new policies on one refresh: while the first pending
+		// one is not in force, none is; once it is, look at the rest. (The requests run
+		// on the pass's context: the poll's deadline only ends the polling.)
+		err = wait.PollUntilContextTimeout(ctx, enforcementPoll, budget, false, func(context.Context) (bool, error) {
+			first, err := posture.UnenforcedOf(ctx, canary, pending[:1])
+			if err != nil || len(first) > 0 {
+				return false, err
+			}
+			pending, err = posture.UnenforcedOf(ctx, canary, pending)
+			return len(pending) == 0, err
+		})
+	}
 	switch {
 	case err == nil:
 	case len(pending) > 0 && wait.Interrupted(err) && ctx.Err() == nil:

@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -27,8 +28,18 @@ const CanaryServiceAccount = "computeplane-canary"
 // refusal names it (the API server reports which policy refused only in the message),
 // or another layer refuses it for the same reason (alsoEnforcedBy).
 func (p Posture) Unenforced(ctx context.Context, canary client.Client) ([]string, error) {
+	return p.UnenforcedOf(ctx, canary, nil)
+}
+
+// UnenforcedOf is Unenforced for the named policies only (nil: all of them).
+func (p Posture) UnenforcedOf(ctx context.Context, canary client.Client, names []string) ([]string, error) {
+	var pols []policy
+	for _, pol := range p.policies() {
+		if names == nil || slices.Contains(names, policyPrefix+pol.name) {
+			pols = append(pols, pol)
+		}
+	}
 	// The dry runs are independent: sent at once, a round costs one round trip.
-	pols := p.policies()
 	errs := make([]error, len(pols))
 	var wg sync.WaitGroup
 	for i, pol := range pols {
