@@ -68,7 +68,7 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 		// Ready, and nothing a full read looks at changed since the last one (the
 		// watches follow all of it): the probe Get just made is this pass's look.
 		s.quiet = true
-		return ctrl.Result{RequeueAfter: r.jitter()}, nil
+		return ctrl.Result{RequeueAfter: r.restRequeue(key)}, nil
 	}
 	planeFullReads.WithLabelValues(why).Inc()
 	s.read.mark, s.read.watched = r.Planes.Mark(key)
@@ -139,6 +139,17 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	// The plane's objects are watched; this periodic look is a safety net for a missed
 	// event (a watch re-established after the plane was unreachable, say).
 	return ctrl.Result{RequeueAfter: r.jitter()}, nil
+}
+
+// restRequeue is when a quiet plane needs its next pass: when its settled read ends (a
+// resync or a token's renewal), if the plane cache probes it meanwhile (its watches and
+// a failed probe wake it before then, and every management object the operator keeps
+// for it is watched); otherwise after the requeue interval.
+func (r *ComputePlaneReconciler) restRequeue(key client.ObjectKey) time.Duration {
+	if until, ok := r.Planes.SettledUntil(key); ok {
+		return max(time.Until(until), time.Second)
+	}
+	return r.jitter()
 }
 
 // unproven is a posture written and read back whose policies this pass has not yet seen

@@ -64,6 +64,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*ComputePlaneRecon
 			Timeout:       o.PlaneTimeout,
 			ProbeInterval: o.PlaneTimeout,
 			Grace:         o.PlaneUnreachableGrace,
+			// The probe a settled plane's passes made, without the passes.
+			HealthInterval: o.RequeueInterval,
 			// Inside a plane only what the operator labelled is cached (and every
 			// namespace): the tenant does not decide the operator's memory.
 			WatchSelector: labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue}),

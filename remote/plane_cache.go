@@ -94,6 +94,12 @@ type ClusterCache struct {
 	// WatchListed (a list, the first ones included), the event's type (ADDED, MODIFIED,
 	// DELETED), or WatchExpired (a version too old to resume from; a list follows).
 	OnWatchEvent func(resource, event string)
+	// HealthInterval, when set, has the cache send the storage probe to every plane it
+	// watches about this often (jittered), unless a caller's Get probed it meanwhile,
+	// and wake the plane (Source, OnChange) when the probe fails: the watches report what
+	// changes, the probe what cannot report itself (a datastore gone under a live API
+	// server). A settled plane then needs no periodic pass of its own (SettledUntil).
+	HealthInterval time.Duration
 	// Log receives what cannot be returned to a caller (a watch that failed).
 	Log logr.Logger
 
@@ -264,17 +270,22 @@ func (c *ClusterCache) Quiet(key types.NamespacedName, fingerprint string, now t
 	return true, ""
 }
 
-// changed counts a change the plane's watches saw and tells OnChange.
+// changed counts a change the plane's watches saw and wakes the plane.
 func (c *ClusterCache) changed(e *entry) {
 	c.count(e)
+	c.wake(e.key)
+}
+
+// wake tells OnChange and the controllers watching Source that the plane needs a pass.
+func (c *ClusterCache) wake(key types.NamespacedName) {
 	if c.OnChange != nil {
-		c.OnChange(e.key)
+		c.OnChange(key)
 	}
 	c.mu.Lock()
 	queues := c.queues
 	c.mu.Unlock()
 	for _, q := range queues {
-		q.Add(reconcile.Request{NamespacedName: e.key})
+		q.Add(reconcile.Request{NamespacedName: key})
 	}
 }
 
@@ -419,6 +430,9 @@ func (c *ClusterCache) watch(ctx context.Context, e *entry) error {
 	}
 	e.stopWatches = cancel
 	c.mu.Unlock()
+	if c.HealthInterval > 0 {
+		go c.probeWhileWatched(watchCtx, e)
+	}
 	// The caller's full read is marked against what the watches report (Mark); a list
 	// landing after that mark is a change, and the plane would be read in full again at
 	// once. Wait (briefly) for the lists, so a plane just connected is read once.
@@ -442,6 +456,24 @@ func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 	if recentlyFailed {
 		return nil, &UnreachableError{Since: since, Past: time.Since(since) >= c.Grace, Err: lastErr}
 	}
+	if err := c.checkStorage(ctx, e); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	watching := e.stopWatches != nil
+	c.mu.Unlock()
+	if !watching {
+		if err := c.watch(ctx, e); err != nil {
+			return nil, fmt.Errorf("watching the plane: %w", err)
+		}
+	}
+	return c.connect(e)
+}
+
+// checkStorage sends the storage probe and records its answer: the plane's version on
+// its first success; on a failure an UnreachableError, and past the grace period the
+// plane's watches stop (retrying a dead plane only makes noise).
+func (c *ClusterCache) checkStorage(ctx context.Context, e *entry) error {
 	err := readsFromStorage(ctx, e.probeClient)
 	c.mu.Lock()
 	version := e.version
@@ -453,8 +485,8 @@ func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 		}
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err != nil {
-		defer c.mu.Unlock()
 		e.probedAt, e.failedAt, e.lastErr = time.Time{}, time.Now(), err
 		e.unsettle(UnsettledProbeFailed)
 		if e.failingSince.IsZero() {
@@ -462,21 +494,13 @@ func (c *ClusterCache) probe(ctx context.Context, e *entry) (*Plane, error) {
 		}
 		past := time.Since(e.failingSince) >= c.Grace
 		if past {
-			// Disconnect: watches retrying a dead plane only make noise.
 			e.stop()
 		}
-		return nil, &UnreachableError{Since: e.failingSince, Past: past, Err: err}
+		return &UnreachableError{Since: e.failingSince, Past: past, Err: err}
 	}
 	e.probedAt, e.failingSince, e.failedAt = time.Now(), time.Time{}, time.Time{}
 	e.version = version
-	watching := e.stopWatches != nil
-	c.mu.Unlock()
-	if !watching {
-		if err := c.watch(ctx, e); err != nil {
-			return nil, fmt.Errorf("watching the plane: %w", err)
-		}
-	}
-	return c.connect(e)
+	return nil
 }
 
 // connect builds the plane's clients for one caller (see entry).

@@ -210,6 +210,18 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 			b.Logf("no allocation profile: %v", err)
 		}
 	}
+	cpuProfile := make(chan string, 1)
+	if pprofAddr != "" {
+		// Where the rest window's CPU goes: a profile over all of it but its last 15 s.
+		go func() {
+			secs := int(max(rest-15*time.Second, 10*time.Second) / time.Second)
+			path, err := saveProfile(pprofAddr, fmt.Sprintf("profile?seconds=%d", secs), "cpu", n)
+			if err != nil {
+				path = "none: " + err.Error()
+			}
+			cpuProfile <- path
+		}()
+	}
 	t0 := time.Now()
 	var samples []memory
 	for time.Since(t0) < rest {
@@ -220,6 +232,9 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	m1, err := proc.Metrics()
 	if err != nil {
 		b.Fatal(err)
+	}
+	if pprofAddr != "" {
+		b.Logf("CPU profile at rest: %s (go tool pprof -top -cum)", <-cpuProfile)
 	}
 	if pprofAddr == "" {
 		b.Logf("no heap profile (FLEET_PROFILE_DIR unset)")

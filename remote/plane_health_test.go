@@ -1,0 +1,70 @@
+package remote_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/cozystack/computeplane/internal/devenv"
+	"github.com/cozystack/computeplane/remote"
+)
+
+// TestHealthProbeWakesThePlane: a settled plane has no passes of its own, so the cache's
+// probe is what finds its datastore gone under a live API server (which still answers
+// /version, and whose watches stay open): the plane is woken, no longer settled, and its
+// next Get says it is unreachable. While the plane answers, the probe wakes nothing.
+func TestHealthProbeWakesThePlane(t *testing.T) {
+	scheme := testScheme(t)
+	tenant, err := devenv.StartTenant(scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Stop() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	got := make(changes, 100)
+	pc := &remote.ClusterCache{Scheme: scheme, Timeout: 2 * time.Second, ProbeInterval: 2 * time.Second, Grace: time.Hour,
+		HealthInterval: 500 * time.Millisecond, OnChange: got.on}
+	go func() { _ = pc.Start(ctx) }()
+	key := types.NamespacedName{Namespace: "tenant-a", Name: "a"}
+	cred := credential(t, tenant)
+	if _, err := pc.Get(ctx, key, cred); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := pc.SettledUntil(key); ok {
+		t.Fatal("a plane never read in full counts as settled")
+	}
+	mark, watched := pc.Mark(key)
+	if !watched {
+		t.Fatal("the plane is not watched")
+	}
+	until := time.Now().Add(time.Hour)
+	pc.Settled(key, mark, "want", until)
+	if got, ok := pc.SettledUntil(key); !ok || !got.Equal(until) {
+		t.Fatalf("SettledUntil = %v, %v; want %v, true", got, ok, until)
+	}
+	if n := got.drain(3 * time.Second); n != 0 {
+		t.Fatalf("a plane that answers was woken %d times in 3 s", n)
+	}
+
+	if err := tenant.StopEtcd(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.StartEtcd() })
+	got.expect(t, 10*time.Second, "after the plane's etcd stopped")
+	if _, ok := pc.SettledUntil(key); ok {
+		t.Error("a plane whose probe failed still counts as settled")
+	}
+	if _, err := pc.Get(ctx, key, cred); err == nil {
+		t.Error("with etcd stopped the plane was reported reachable")
+	}
+
+	// Without HealthInterval nothing probes: a settled plane keeps its periodic passes.
+	idle := &remote.ClusterCache{Scheme: scheme, Timeout: 2 * time.Second, ProbeInterval: 2 * time.Second, Grace: time.Hour}
+	if _, ok := idle.SettledUntil(key); ok {
+		t.Error("a cache that does not probe lets a plane go without passes")
+	}
+}
