@@ -9,7 +9,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -172,49 +171,59 @@ func applierDigest(secret *corev1.Secret) [sha256.Size]byte {
 	return out
 }
 
-// applierMemory remembers, per plane, the digest of the applier Secret as the operator
-// last wrote or verified it, and the admin credential (its Hash) it was compared with:
-// about 100 bytes a plane, never the token. A pass that finds the same content against
-// the same credential needs no parse; a restarted operator verifies once by content.
-type applierMemory struct {
-	mu   sync.Mutex
-	seen map[client.ObjectKey]applierSeen
-}
-
+// applierSeen is what a plane's state remembers of one of its credential Secrets (the
+// applier's, the cluster-autoscaler's): the digest of the Secret as the operator last
+// wrote or verified it, and the admin credential (its Hash) it was compared with: about
+// 100 bytes a plane, never the token. A pass that finds the same content against the
+// same credential needs no parse; a restarted operator verifies once by content.
 type applierSeen struct {
+	// held: a digest is remembered.
+	held  bool
 	sum   [sha256.Size]byte
 	admin string
 }
 
-func (m *applierMemory) remember(key client.ObjectKey, secret *corev1.Secret, admin string) {
-	seen := applierSeen{sum: applierDigest(secret), admin: admin}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.seen == nil {
-		m.seen = map[client.ObjectKey]applierSeen{}
-	}
-	m.seen[key] = seen
+// applierMemory is one credential Secret's applierSeen in every plane's state: slot picks
+// which (planeStates.applierSecret, planeStates.autoscalerSecret).
+type applierMemory struct {
+	states *planeStates
+	slot   func(*planeState) *applierSeen
+}
+
+// applierSecret is the applier Secret's digest in each plane's state.
+func (m *planeStates) applierSecret() applierMemory {
+	return applierMemory{states: m, slot: func(s *planeState) *applierSeen { return &s.applier }}
+}
+
+// autoscalerSecret is the same of each plane's cluster-autoscaler kubeconfig Secret.
+func (m *planeStates) autoscalerSecret() applierMemory {
+	return applierMemory{states: m, slot: func(s *planeState) *applierSeen { return &s.autoscaler }}
+}
+
+func (m applierMemory) remember(key client.ObjectKey, secret *corev1.Secret, admin string) {
+	seen := applierSeen{held: true, sum: applierDigest(secret), admin: admin}
+	m.states.with(key, func(s *planeState) { *m.slot(s) = seen })
 }
 
 // recall says whether the Secret is exactly as last remembered for the plane (ours),
-// and the admin credential it was compared with then.
-func (m *applierMemory) recall(key client.ObjectKey, secret *corev1.Secret) (ours bool, admin string) {
+// and the admin credential it was compared with then. It never makes state.
+func (m applierMemory) recall(key client.ObjectKey, secret *corev1.Secret) (ours bool, admin string) {
 	sum := applierDigest(secret)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	last, ok := m.seen[key]
-	return ok && last.sum == sum, last.admin
+	m.states.peek(key, func(s *planeState) {
+		if s == nil {
+			return
+		}
+		last := m.slot(s)
+		ours, admin = last.held && last.sum == sum, last.admin
+	})
+	return ours, admin
 }
 
-func (m *applierMemory) remembers(key client.ObjectKey) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, ok := m.seen[key]
-	return ok
-}
-
-func (m *applierMemory) forget(key client.ObjectKey) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.seen, key)
+// forget drops the digest (the Secret is deleted); it never makes state.
+func (m applierMemory) forget(key client.ObjectKey) {
+	m.states.peek(key, func(s *planeState) {
+		if s != nil {
+			*m.slot(s) = applierSeen{}
+		}
+	})
 }

@@ -138,13 +138,21 @@ func TestApplierMemory(t *testing.T) {
 			ObjectMeta: metavl(map[string]string{"reconcile.fluxcd.io/watch": "Enabled"},
 				map[string]string{cpv1.ApplierUIDAnnotation: "uid-1", cpv1.TokenExpiresAtAnnotation: "2030-01-01T12:00:00Z"})}
 	}
-	var m applierMemory
+	var states planeStates
+	m := states.applierSecret()
 	if ours, _ := m.recall(key, base()); ours {
 		t.Fatal("a Secret never seen is recalled")
+	}
+	m.forget(key)
+	if _, ok := states.states[key]; ok {
+		t.Fatal("a recall or a forget made state")
 	}
 	m.remember(key, base(), "admin-1")
 	if ours, admin := m.recall(key, base()); !ours || admin != "admin-1" {
 		t.Fatalf("recall = %v, %q; want the Secret remembered against admin-1", ours, admin)
+	}
+	if ours, _ := states.autoscalerSecret().recall(key, base()); ours {
+		t.Fatal("the applier Secret's digest is recalled as the cluster-autoscaler's")
 	}
 	for name, edit := range map[string]func(*corev1.Secret){
 		"value":             func(s *corev1.Secret) { s.Data[ApplierKubeconfigKey] = []byte("kubeconfig2") },
@@ -164,6 +172,11 @@ func TestApplierMemory(t *testing.T) {
 		}
 	}
 	m.forget(key)
+	if ours, _ := m.recall(key, base()); ours {
+		t.Error("a forgotten Secret is recalled")
+	}
+	m.remember(key, base(), "admin-1")
+	states.forget(key)
 	if ours, _ := m.recall(key, base()); ours {
 		t.Error("a forgotten plane's Secret is recalled")
 	}

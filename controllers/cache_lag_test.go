@@ -10,9 +10,12 @@ import (
 func TestOwnWritesBehind(t *testing.T) {
 	key := client.ObjectKey{Namespace: "t", Name: "p"}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var w ownWrites
+	var w planeStates
 	if w.behind(key, "10", t0) {
 		t.Fatal("behind with no write")
+	}
+	if _, ok := w.states[key]; ok {
+		t.Fatal("a read made state")
 	}
 	w.wrote(key, "10", t0)
 	if !w.behind(key, "10", t0.Add(time.Millisecond)) {

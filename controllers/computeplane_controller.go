@@ -78,28 +78,17 @@ type ComputePlaneReconciler struct {
 
 	controller controller.Controller
 
-	// state is what the reconciler remembers of each plane between passes.
+	// state is what the reconciler remembers of each plane between passes (verified
+	// stages, drift series, grants hash, admin credential, teardown progress, own status
+	// write, credential Secrets' digests): planeState.
 	state planeStates
 
-	progressMu sync.Mutex
-	// progress is how far each plane's teardown has come, by stage index.
-	progress map[client.ObjectKey]int
-	// applierMem is the digest of each plane's applier Secret as last written or
-	// verified.
-	applierMem applierMemory
-	// autoscalerMem is the same of each plane's cluster-autoscaler kubeconfig Secret.
-	autoscalerMem applierMemory
 	// secrets is what the operator needs to bind its Secret rights per namespace.
 	secrets secretAccess
-	// writes keeps a reconcile from working on a cached plane older than its own last
-	// status write.
-	writes ownWrites
 	// compared remembers which versions of the management objects were found as the
 	// operator wants them (never a plane's: a different cluster's versions).
 	compared     ssa.Comparisons
 	comparedOnce sync.Once
-	// credentials remembers each plane's last admin kubeconfig that parsed, by digest.
-	credentials remote.AdminCredentials
 	// secretVersions holds the Secrets read, each until its namespace's watch reports
 	// another version (nil: every read goes to the API server).
 	secretVersions *secretVersions
@@ -219,7 +208,7 @@ func (r *ComputePlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		r.forgetPlane(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
-	if r.writes.behind(req.NamespacedName, plane.ResourceVersion, time.Now()) {
+	if r.state.behind(req.NamespacedName, plane.ResourceVersion, time.Now()) {
 		// The informer has not delivered this controller's own last status write yet.
 		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 	}

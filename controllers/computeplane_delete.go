@@ -134,25 +134,22 @@ func (r *ComputePlaneReconciler) reconcileDelete(ctx context.Context, s *scope) 
 }
 
 // teardownProgress is the furthest teardown stage this process saw the plane wait on.
-func (r *ComputePlaneReconciler) teardownProgress(key client.ObjectKey) int {
-	r.progressMu.Lock()
-	defer r.progressMu.Unlock()
-	return r.progress[key]
+func (r *ComputePlaneReconciler) teardownProgress(key client.ObjectKey) (i int) {
+	r.state.peek(key, func(s *planeState) {
+		if s != nil && s.tearingDown {
+			i = s.teardownStage
+		}
+	})
+	return i
 }
 
-// recordTeardownProgress remembers that the plane's teardown reached stage i (-1: done,
-// forget it).
+// recordTeardownProgress remembers that the plane's teardown reached stage i (forgetPlane
+// forgets it).
 func (r *ComputePlaneReconciler) recordTeardownProgress(key client.ObjectKey, i int) {
-	r.progressMu.Lock()
-	defer r.progressMu.Unlock()
-	if r.progress == nil {
-		r.progress = map[client.ObjectKey]int{}
-	}
-	if i < 0 {
-		delete(r.progress, key)
-		return
-	}
-	r.progress[key] = max(r.progress[key], i)
+	r.state.with(key, func(s *planeState) {
+		s.teardownStage = max(s.teardownStage, i)
+		s.tearingDown = true
+	})
 }
 
 // waited says how long a stage has waited, in whole minutes, so the message (and the

@@ -187,7 +187,7 @@ type tokenCredential struct {
 	// labels the Secret carries.
 	labels map[string]string
 	// mem is the digest of the Secret as last written or verified.
-	mem *applierMemory
+	mem applierMemory
 	// owned tells the plane's Secret from another of the same name (never adopted); own
 	// makes a new Secret the plane's.
 	owned func(*corev1.Secret) bool
@@ -204,7 +204,7 @@ func (r *ComputePlaneReconciler) applierCredential(p *cpv1.ComputePlane) tokenCr
 		secret:  client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)},
 		account: client.ObjectKey{Namespace: remote.ApplierNamespace, Name: remote.ApplierName},
 		labels:  applierLabels(p),
-		mem:     &r.applierMem,
+		mem:     r.state.applierSecret(),
 		owned:   func(s *corev1.Secret) bool { return metav1.IsControlledBy(s, p) },
 		own:     func(s *corev1.Secret) error { return controllerutil.SetControllerReference(p, s, r.Scheme()) },
 		issued:  credentialsIssued,
@@ -220,7 +220,7 @@ func (r *ComputePlaneReconciler) autoscalerCredential(p *cpv1.ComputePlane) toke
 		secret:  client.ObjectKey{Namespace: p.Status.InfrastructureNamespace, Name: render.AutoscalerKubeconfigSecretName(p)},
 		account: client.ObjectKey{Namespace: remote.AutoscalerNamespace, Name: remote.AutoscalerName},
 		labels:  render.PlaneLabels(p),
-		mem:     &r.autoscalerMem,
+		mem:     r.state.autoscalerSecret(),
 		owned:   func(s *corev1.Secret) bool { return s.Labels[cpv1.PlaneUIDLabel] == string(p.UID) },
 		own:     func(*corev1.Secret) error { return nil },
 	}

@@ -229,7 +229,7 @@ func (r *ComputePlaneReconciler) observeProviders(ctx context.Context, s *scope,
 		case len(secret.Data[render.AdminKubeconfigKey]) == 0:
 			obs.kubeconfigMissing = "has no key " + render.AdminKubeconfigKey + " yet"
 		default:
-			cred, perr := r.credentials.Parse(client.ObjectKeyFromObject(s.plane), secret.Data[render.AdminKubeconfigKey], controlPlaneServers(obs.tcp))
+			cred, perr := r.adminCredential(client.ObjectKeyFromObject(s.plane), secret.Data[render.AdminKubeconfigKey], controlPlaneServers(obs.tcp))
 			if perr != nil {
 				obs.kubeconfigUnusable = "key " + render.AdminKubeconfigKey + " " + perr.Error()
 			}

@@ -67,7 +67,7 @@ func (r *ComputePlaneReconciler) patchStatus(ctx context.Context, s *scope, befo
 			return err
 		}
 	}
-	r.writes.wrote(client.ObjectKeyFromObject(p), p.ResourceVersion, time.Now())
+	r.state.wrote(client.ObjectKeyFromObject(p), p.ResourceVersion, time.Now())
 	// Only what was written is news: a failed patch is retried, and its transitions
 	// are reported then.
 	r.recordTransitions(p, before.Conditions)

@@ -167,7 +167,7 @@ func (r *ComputePlaneReconciler) deleteAutoscalerKubeconfig(ctx context.Context,
 	case !cred.owned(secret):
 		return nil
 	}
-	r.autoscalerMem.forget(client.ObjectKeyFromObject(s.plane))
+	cred.mem.forget(client.ObjectKeyFromObject(s.plane))
 	return secrets.delete(secret)
 }
 

@@ -5,25 +5,22 @@ import (
 )
 
 // forgetPlane drops everything this process remembers of a plane: its connection and
-// watches (the plane cache), its planeState (verified stages, drift series, grants
-// hash), its parsed admin credential, teardown progress, own status writes, the
-// applier's and cluster-autoscaler's Secret digests, and the Secrets read for it with
-// their watches. It is the one call for every path on which a plane leaves this manager
-// (gone, torn down, or moved to another shard); a memo added to the reconciler is added
-// here and to remembers, and
-// TestDeletedPlaneLeavesNothingBehind checks both.
+// watches (the plane cache), its planeState (verified stages, drift series, grants hash,
+// parsed admin credential, teardown progress, own status write, the applier's and
+// cluster-autoscaler's Secret digests), and the Secrets read for it with their watches.
+// It is the one call for every path on which a plane leaves this manager (gone, torn
+// down, or moved to another shard). Something new to remember of a plane is a field of
+// planeState, named in remembers; only what owns goroutines (a connection, watches) is
+// kept apart, and forgotten here. TestDeletedPlaneLeavesNothingBehind checks both.
 func (r *ComputePlaneReconciler) forgetPlane(key client.ObjectKey) {
 	r.Planes.Remove(key)
 	r.state.forget(key)
-	r.credentials.Forget(key)
-	r.recordTeardownProgress(key, -1)
-	r.writes.forget(key)
-	r.applierMem.forget(key)
-	r.autoscalerMem.forget(key)
 	r.secretVersions.forget(key)
 }
 
-// remembers names the memos that still hold something of the plane.
+// remembers names the memos that still hold something of the plane: "plane state" for
+// its planeState at all (made by any write, dropped only by forgetPlane), and each part
+// of it that holds something.
 func (r *ComputePlaneReconciler) remembers(key client.ObjectKey) []string {
 	var out []string
 	add := func(name string, held bool) {
@@ -32,15 +29,18 @@ func (r *ComputePlaneReconciler) remembers(key client.ObjectKey) []string {
 		}
 	}
 	add("plane connection", r.Planes.Known(key))
-	add("plane state (verified stages, drift series, grants hash)", r.state.remembers(key))
-	add("admin credential", r.credentials.Remembers(key))
-	r.progressMu.Lock()
-	_, ok := r.progress[key]
-	r.progressMu.Unlock()
-	add("teardown progress", ok)
-	add("own writes", r.writes.remembers(key))
-	add("applier digest", r.applierMem.remembers(key))
-	add("cluster-autoscaler kubeconfig digest", r.autoscalerMem.remembers(key))
+	r.state.peek(key, func(s *planeState) {
+		if s == nil {
+			return
+		}
+		add("plane state", true)
+		add("verified stages, drift series, grants hash", s.holdsStages())
+		add("admin credential", s.credential.Held())
+		add("teardown progress", s.tearingDown)
+		add("own writes", s.write.held)
+		add("applier digest", s.applier.held)
+		add("cluster-autoscaler kubeconfig digest", s.autoscaler.held)
+	})
 	add("Secrets read and their watches", r.secretVersions.remembers(key))
 	return out
 }

@@ -14,9 +14,9 @@ import (
 )
 
 // TestDeletedPlaneLeavesNothingBehind: a plane that put something in the reconciler's
-// memos (a connection, verified stages, its parsed admin credential, its applier Secret's
-// digest, a grant policy; own status writes and teardown progress come and go on their
-// own) leaves nothing of itself in any of them once it is gone.
+// memos (a connection, its planeState with verified stages, its parsed admin credential,
+// its applier Secret's digest, a grant policy; own status writes and teardown progress
+// come and go on their own) leaves nothing of itself in any of them once it is gone.
 func TestDeletedPlaneLeavesNothingBehind(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -26,7 +26,7 @@ func TestDeletedPlaneLeavesNothingBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, settle, grantsAre(ctx, p, "postgres"))
-	want := []string{"plane connection", "plane state (verified stages, drift series, grants hash)", "admin credential", "applier digest"}
+	want := []string{"plane connection", "plane state", "verified stages, drift series, grants hash", "admin credential", "applier digest"}
 	eventually(t, settle, func() error {
 		got := controllers.RemembersForTest(reconciler, key)
 		for _, w := range want {

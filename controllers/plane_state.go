@@ -10,10 +10,15 @@ import (
 )
 
 // planeState is what the reconciler remembers of one plane between its passes, beside
-// the connection (the plane cache's): per stage, whether it was last read back as the
-// operator left it, so a difference found later is drift even when the status in the
-// informer cache lags behind its own writes; its drift series; and the hash of the
-// grant policy last applied; since when its written policies wait to be proven in force.
+// the connection (the plane cache's) and the Secrets read for it (secretVersions), which
+// own watches: per stage, whether it was last read back as the operator left it, so a
+// difference found later is drift even when the status in the informer cache lags
+// behind its own writes; its drift series; the hash of the grant policy last applied;
+// since when its written policies wait to be proven in force; its admin kubeconfig as
+// last parsed; how far its teardown has come; its last status write, until the cache
+// shows it; and the digests of its applier's and cluster-autoscaler's kubeconfig Secrets
+// as last written or verified. One lock guards every plane's, and forgetPlane drops all
+// of it at once.
 type planeState struct {
 	verified   map[string]bool
 	drifts     driftSeries
@@ -21,6 +26,24 @@ type planeState struct {
 	// unprovenSince is when a pass first found the posture written but not proven in
 	// force (zero once proven).
 	unprovenSince time.Time
+	// credential is the plane's last admin kubeconfig that parsed, by digest (never its
+	// key): adminCredential.
+	credential remote.AdminCredentialMemo
+	// teardownStage is the furthest teardown stage this process saw the plane wait on,
+	// by index (tearingDown: one was recorded): teardownProgress.
+	teardownStage int
+	tearingDown   bool
+	// write is the plane's last status write, until the cache shows it: cache_lag.go.
+	write ownWrite
+	// applier and autoscaler are the digests of the applier's and the
+	// cluster-autoscaler's kubeconfig Secrets: applierMemory.
+	applier, autoscaler applierSeen
+}
+
+// holdsStages reports whether the state holds verified stages, a drift series, a grants
+// hash or a wait for proof.
+func (s *planeState) holdsStages() bool {
+	return len(s.verified) > 0 || s.drifts != (driftSeries{}) || s.grantsHash != "" || !s.unprovenSince.IsZero()
 }
 
 // planeStates holds every plane's state; forgetPlane drops one.
@@ -29,7 +52,8 @@ type planeStates struct {
 	states map[client.ObjectKey]*planeState
 }
 
-// with runs f on the plane's state (made on first use) under the lock.
+// with runs f on the plane's state (made on first use) under the lock. Only writes use
+// it: a read uses peek.
 func (m *planeStates) with(key client.ObjectKey, f func(*planeState)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -52,17 +76,11 @@ func (m *planeStates) peek(key client.ObjectKey, f func(*planeState)) {
 	f(m.states[key])
 }
 
+// forget drops all the plane's state.
 func (m *planeStates) forget(key client.ObjectKey) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.states, key)
-}
-
-func (m *planeStates) remembers(key client.ObjectKey) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, ok := m.states[key]
-	return ok
 }
 
 // setVerified records whether a stage of the plane is, as far as the operator knows, as
@@ -132,4 +150,32 @@ func (r *ComputePlaneReconciler) proven(key client.ObjectKey) {
 			s.unprovenSince = time.Time{}
 		}
 	})
+}
+
+// adminCredential is remote.ParseAdminKubeconfig(data, servers) for the plane's admin
+// kubeconfig, without the parse when its state remembers the same data and servers
+// (remote.AdminCredentialMemo). A refused kubeconfig is never remembered, and drops the
+// credential remembered before it.
+func (r *ComputePlaneReconciler) adminCredential(key client.ObjectKey, data []byte, servers []string) (*remote.AdminCredential, error) {
+	var memo remote.AdminCredentialMemo
+	r.state.peek(key, func(s *planeState) {
+		if s != nil {
+			memo = s.credential
+		}
+	})
+	cred, next, err := memo.Parse(data, servers)
+	switch {
+	case next == memo:
+		// Remembered (or refused with nothing remembered): nothing to write.
+	case err != nil:
+		// Drop what a forget may already have dropped, never making state for it.
+		r.state.peek(key, func(s *planeState) {
+			if s != nil {
+				s.credential = remote.AdminCredentialMemo{}
+			}
+		})
+	default:
+		r.state.with(key, func(s *planeState) { s.credential = next })
+	}
+	return cred, err
 }

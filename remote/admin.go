@@ -30,7 +30,7 @@ type AdminCredential struct {
 
 	// kubeconfig is what the credential was read from. The CA, certificate and key are
 	// taken from it when a connection or the applier's kubeconfig is built (material):
-	// a pass that finds the credential unchanged (AdminCredentials) needs only Hash.
+	// a pass that finds the credential unchanged (AdminCredentialMemo) needs only Hash.
 	kubeconfig []byte
 	pem        *credentialPEM
 }

@@ -3,74 +3,38 @@ package remote
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"sync"
-
-	"k8s.io/apimachinery/pkg/types"
 )
 
-// AdminCredentials remembers, per plane, the last admin kubeconfig that parsed, by the
-// digest of its bytes and of the servers it was checked against: ParseAdminKubeconfig is
-// a function of those two, so a pass over an unchanged Secret costs a hash of it instead
-// of a YAML decode, two certificate parses and a key check. It keeps each credential's
-// server, identity and
-// hash, never its key. A nil *AdminCredentials parses every time.
-type AdminCredentials struct {
-	mu     sync.Mutex
-	parsed map[types.NamespacedName]parsedCredential
-}
-
-type parsedCredential struct {
+// AdminCredentialMemo is what the operator keeps of a plane's last admin kubeconfig that
+// parsed: the digest of its bytes and of the servers it was checked against, and the
+// credential's server, identity and hash, never its key. ParseAdminKubeconfig is a
+// function of those two inputs, so a pass over an unchanged Secret costs a hash of it
+// instead of a YAML decode, two certificate parses and a key check. The zero value
+// remembers nothing; the caller keeps one per plane (the controllers' planeState).
+type AdminCredentialMemo struct {
 	digest                 [sha256.Size]byte
 	server, identity, hash string
 }
 
-// Parse is ParseAdminKubeconfig(data, servers), remembered for the plane key. A refused
-// kubeconfig is never remembered: it is parsed again, and refused again, each pass.
-func (a *AdminCredentials) Parse(key types.NamespacedName, data []byte, servers []string) (*AdminCredential, error) {
-	if a == nil {
-		return ParseAdminKubeconfig(data, servers)
-	}
+// Parse is ParseAdminKubeconfig(data, servers), without the parse when the memo was made
+// of the same data and servers. It returns the memo to keep in place of this one: the
+// new credential's, or the zero memo when the kubeconfig is refused (a refused kubeconfig
+// is never remembered: it is parsed again, and refused again, each pass; nor is the
+// earlier credential kept). It is pure.
+func (m AdminCredentialMemo) Parse(data []byte, servers []string) (*AdminCredential, AdminCredentialMemo, error) {
 	d := credentialDigest(data, servers)
-	a.mu.Lock()
-	p, ok := a.parsed[key]
-	a.mu.Unlock()
-	if ok && p.digest == d {
-		return &AdminCredential{Server: p.server, Identity: p.identity, Hash: p.hash, kubeconfig: data}, nil
+	if m.Held() && m.digest == d {
+		return &AdminCredential{Server: m.server, Identity: m.identity, Hash: m.hash, kubeconfig: data}, m, nil
 	}
 	cred, err := ParseAdminKubeconfig(data, servers)
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	if err != nil {
-		delete(a.parsed, key)
-		return nil, err
+		return nil, AdminCredentialMemo{}, err
 	}
-	if a.parsed == nil {
-		a.parsed = map[types.NamespacedName]parsedCredential{}
-	}
-	a.parsed[key] = parsedCredential{digest: d, server: cred.Server, identity: cred.Identity, hash: cred.Hash}
-	return cred, nil
+	return cred, AdminCredentialMemo{digest: d, server: cred.Server, identity: cred.Identity, hash: cred.Hash}, nil
 }
 
-// Forget drops what is remembered of a plane (deleted, or no longer this shard's).
-func (a *AdminCredentials) Forget(key types.NamespacedName) {
-	if a == nil {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.parsed, key)
-}
-
-// Remembers reports whether a credential of the plane is remembered.
-func (a *AdminCredentials) Remembers(key types.NamespacedName) bool {
-	if a == nil {
-		return false
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_, ok := a.parsed[key]
-	return ok
-}
+// Held reports whether the memo remembers a credential.
+func (m AdminCredentialMemo) Held() bool { return m != AdminCredentialMemo{} }
 
 // credentialDigest hashes the kubeconfig and the servers, each length-prefixed, so no
 // two different inputs share a digest by where one ends and the next begins.

@@ -23,12 +23,19 @@ func TestAdminCredentialsRememberOnlyWhatParsed(t *testing.T) {
 	foreign := adminKubeconfig(t, "https://elsewhere.example:6443")
 	key, other := types.NamespacedName{Namespace: "t", Name: "a"}, types.NamespacedName{Namespace: "t", Name: "b"}
 
-	var memo AdminCredentials
+	// One memo per plane, kept as the controllers keep it (in the plane's state).
+	memos := map[types.NamespacedName]AdminCredentialMemo{}
 	parse := func(key types.NamespacedName, data []byte, servers []string) (cred *AdminCredential, remembered bool, err error) {
 		t.Helper()
-		cred, err = memo.Parse(key, data, servers)
+		cred, memos[key], err = memos[key].Parse(data, servers)
 		if err != nil {
+			if memos[key].Held() {
+				t.Fatalf("a refused kubeconfig left a credential remembered")
+			}
 			return nil, false, err
+		}
+		if !memos[key].Held() {
+			t.Fatalf("a credential that parsed was not remembered")
 		}
 		// A remembered credential has not been parsed: its PEM blocks are not loaded yet.
 		return cred, cred.pem == nil, nil
@@ -88,7 +95,7 @@ func TestAdminCredentialsRememberOnlyWhatParsed(t *testing.T) {
 	if _, _, err := parse(key, first, servers); err != nil {
 		t.Fatal(err)
 	}
-	memo.Forget(key)
+	delete(memos, key)
 	if _, remembered, _ := parse(key, first, servers); remembered {
 		t.Fatal("a forgotten plane's credential was remembered")
 	}
