@@ -52,7 +52,7 @@ var (
 	}, []string{"reason"})
 	planeWatchEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "computeplane_plane_watch_events_total",
-		Help: "What the planes' watches saw, by resource and event: LISTED (a watch (re)started; what happened meanwhile is read in full), ADDED, MODIFIED, DELETED, or EXPIRED (the version to resume from was too old: a list follows). Each but EXPIRED wakes the plane's reconcile (computeplane_plane_full_reads_total{reason=\"Changed\"}).",
+		Help: "What the planes' watches saw, by resource and event: LISTED (a watch listed its kind: at the start, and after a failed watch or a version too old; what happened meanwhile is read in full), ADDED, MODIFIED, DELETED. Each but the first list wakes the plane's reconcile (computeplane_plane_full_reads_total{reason=\"Changed\"}).",
 	}, []string{"resource", "event"})
 	credentialsIssued = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "computeplane_applier_credentials_issued_total",

@@ -84,15 +84,16 @@ type ClusterCache struct {
 	WatchSelector labels.Selector
 	// OnChange, when set, is called (besides the requests sent through Source) whenever
 	// something the plane's watches follow
-	// (WatchedResources) changes, and each time they list again (a version too old to
-	// resume from): whatever happened while nothing watched is for the caller to read.
+	// (WatchedResources) changes, each time they list again (after a failed watch or a
+	// version too old to resume from: whatever happened while nothing watched is for the
+	// caller to read), and when the cache's own probe fails (HealthInterval).
 	// Their first lists, when the plane connects, are waited for by Get instead. The
 	// watches stop when the plane is removed, its credential rotates, or it stays
 	// unreachable past the grace period (they start again when it answers).
 	OnChange func(key types.NamespacedName)
 	// OnWatchEvent, when set, is told what the watches saw: the resource and
-	// WatchListed (a list, the first ones included), the event's type (ADDED, MODIFIED,
-	// DELETED), or WatchExpired (a version too old to resume from; a list follows).
+	// WatchListed (a list, the first ones included) or the event's type (ADDED, MODIFIED,
+	// DELETED).
 	OnWatchEvent func(resource, event string)
 	// HealthInterval, when set, has the cache send the storage probe to every plane it
 	// watches about this often (jittered), unless a caller's Get probed it meanwhile,

@@ -51,7 +51,7 @@ func main() {
 	flag.StringVar(&watchSelector, "watch-label-selector", "",
 		"Reconcile only the ComputePlanes this label selector matches (a shard, e.g. 'sharding.fluxcd.io/key in (shard1)'; the main instance then runs with '!sharding.fluxcd.io/key'). Each shard elects its own leader.")
 	flag.IntVar(&concurrent, "concurrent", 4, "ComputePlanes reconciled in parallel.")
-	flag.DurationVar(&requeue, "requeue-interval", 30*time.Second, "How often a plane waiting on something that sends no event looks again (jittered).")
+	flag.DurationVar(&requeue, "requeue-interval", 30*time.Second, "How often a plane waiting on something that sends no event looks again, and how often each watched plane gets the storage probe that finds a datastore gone under a live API server (jittered).")
 	flag.DurationVar(&minRetry, "min-retry-delay", 750*time.Millisecond, "First backoff after a transient error.")
 	flag.DurationVar(&maxRetry, "max-retry-delay", 15*time.Minute, "Longest backoff after repeated transient errors.")
 	flag.DurationVar(&planeTimeout, "plane-timeout", 10*time.Second, "Timeout of every request to a plane's API server (and how long a successful health probe is trusted).")
@@ -59,7 +59,7 @@ func main() {
 		"Longest one reconcile pass of a plane may take: past it the pass fails like an unanswered request (the gate closes, the plane is retried with backoff), so a plane whose API answers slowly holds a worker no longer than this; 0: unbounded.")
 	flag.DurationVar(&planeGrace, "plane-unreachable-grace", 30*time.Second, "How long a plane's API server may not answer before its conditions say PlaneUnreachable.")
 	flag.DurationVar(&planeResync, "plane-resync-interval", time.Hour,
-		"Longest a Ready plane whose watches report no change goes without a full read of what the operator keeps in it (between, each --requeue-interval pass only probes it); 0 reads it in full every pass. A safety net: what no watch reports, the operator-objects policy (watched) lets no one else change.")
+		"Longest a Ready plane whose watches report no change goes without a full read of what the operator keeps in it (between, it has no pass unless something wakes it: its watches, a failed probe, a change of its own objects); 0 reads it in full every pass, every --requeue-interval. A safety net: what no watch reports, the operator-objects policy (watched) lets no one else change.")
 	flag.DurationVar(&tokenLifetime, "applier-token-lifetime", time.Hour, "Lifetime of the applier kubeconfig tokens (renewed after two thirds; at least 10m).")
 	flag.BoolVar(&reconcileRequests, "reconcile-requests", true,
 		"Reconcile when the reconcile.fluxcd.io/requestedAt annotation changes, and echo it in status.lastHandledReconcileAt.")
