@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -156,20 +154,14 @@ func (op *operatorInstall) start(ctx context.Context, mgmt *devenv.Cluster, root
 	go func() { op.done <- op.cmd.Wait() }()
 
 	// Ready as the Deployment's readiness probe sees it: the webhook server is serving.
-	readyz := "http://" + probeAddr + "/readyz"
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = devenv.WaitReadyz(ctx, probeAddr, 100*time.Millisecond, 60*time.Second, func() error {
 		select {
 		case err := <-op.done:
 			op.done <- err
-			return false, fmt.Errorf("the manager exited: %v%s", err, op.logTail())
+			return fmt.Errorf("the manager exited: %v%s", err, op.logTail())
 		default:
+			return nil
 		}
-		resp, err := http.Get(readyz)
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
 		return fmt.Errorf("the manager did not become ready: %w%s", err, op.logTail())

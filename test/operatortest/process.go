@@ -17,7 +17,6 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -226,19 +225,13 @@ func (p *Process) run(log *os.File) error {
 
 // WaitReady waits until the manager (the current run) serves readiness.
 func (p *Process) WaitReady(ctx context.Context) error {
-	readyz := "http://" + p.probe + "/readyz"
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := devenv.WaitReadyz(ctx, p.probe, 50*time.Millisecond, 90*time.Second, func() error {
 		select {
 		case <-p.exited:
-			return false, fmt.Errorf("the manager exited%s", p.Tail())
+			return fmt.Errorf("the manager exited%s", p.Tail())
 		default:
+			return nil
 		}
-		resp, err := http.Get(readyz)
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
 		return fmt.Errorf("the manager did not become ready: %w%s", err, p.Tail())
