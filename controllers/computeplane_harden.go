@@ -76,6 +76,15 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 	posture := postureFor(s.plane, s.class, plane.Identity)
 
 	wasVerified := r.wasVerified(key, cpv1.PodSecurityCondition, verified(s.plane))
+	var early []string
+	if !wasVerified && r.repairWait(key, time.Now()) == 0 {
+		// Nothing to report as drift and no back-off to respect: the policies go out
+		// first, so the API server's next policy refresh (the wait for their proof) starts
+		// while the rest is read and written.
+		if early, err = remote.WritePolicies(ctx, plane.Client, posture, HardeningFieldOwner); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	found, err := remote.Inspect(ctx, plane.Client, posture)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -132,7 +141,7 @@ func (r *ComputePlaneReconciler) reconcileHardening(ctx context.Context, s *scop
 			return ctrl.Result{}, err
 		}
 		delete(s.results, cpv1.AdmissionCondition)
-		s.unproven = &unproven{posture: posture, canary: canary, written: slices.ContainsFunc(wrote, isPolicy)}
+		s.unproven = &unproven{posture: posture, canary: canary, written: len(early) > 0 || slices.ContainsFunc(wrote, isPolicy)}
 		return ctrl.Result{RequeueAfter: r.jitter()}, nil
 	}
 	r.setVerified(key, cpv1.PodSecurityCondition, true)

@@ -126,19 +126,8 @@ func hasAnyPSALabel(labels map[string]string) bool {
 // restored or created (by kind and name) apart from the namespaces it labelled for the
 // first time.
 func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) (wrote, labelled []string, err error) {
-	policies := p.Policies()
-	written := make([]bool, len(policies))
-	if err := each(policies, func(i int, obj client.Object) error {
-		res, err := ssa.Apply(ctx, c, obj, fieldOwner, "spec")
-		written[i] = res.Wrote()
-		return err
-	}); err != nil {
+	if wrote, err = WritePolicies(ctx, c, p, fieldOwner); err != nil {
 		return wrote, labelled, err
-	}
-	for i, obj := range policies {
-		if written[i] {
-			wrote = append(wrote, describe(obj))
-		}
 	}
 	var namespaces corev1.NamespaceList
 	if err := c.List(ctx, &namespaces); err != nil {
@@ -194,6 +183,28 @@ func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) 
 		}
 	}
 	return wrote, labelled, nil
+}
+
+// WritePolicies applies the posture's admission policies and bindings, all at once, and
+// names those it wrote (the rest were as wanted). Harden starts with it; a plane never
+// verified gets it before its first read, so that its API server's policy refresh starts
+// counting as early as it can.
+func WritePolicies(ctx context.Context, c client.Client, p Posture, fieldOwner string) (wrote []string, err error) {
+	policies := p.Policies()
+	written := make([]bool, len(policies))
+	if err := each(policies, func(i int, obj client.Object) error {
+		res, err := ssa.Apply(ctx, c, obj, fieldOwner, "spec")
+		written[i] = res.Wrote()
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	for i, obj := range policies {
+		if written[i] {
+			wrote = append(wrote, describe(obj))
+		}
+	}
+	return wrote, nil
 }
 
 func describe(obj client.Object) string {

@@ -107,7 +107,7 @@ func fleetAtRest(b *testing.B, n, shared int, rest time.Duration) {
 	// machine is so loaded that the lease cannot be renewed within its 5 s timeout.
 	args = append(args, strings.Fields(os.Getenv("FLEET_MANAGER_ARGS"))...)
 	// FLEET_MANAGER_ENV adds to the manager's environment (space-separated), e.g.
-	// GOMEMLIMIT=460MiB, what the shipped 512Mi limit sets.
+	// GOMEMLIMIT=691MiB, what the shipped 768Mi limit sets.
 	// FLEET_MEMORY_LIMIT (a quantity: 150Mi) runs the manager in a memory cgroup with
 	// that limit, as a container's: its binary's pages then count, and are reclaimed
 	// under the limit (the manager sets GOMEMLIMIT from it, as in a pod).
