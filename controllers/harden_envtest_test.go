@@ -676,7 +676,7 @@ func TestUnreachablePlaneClosesTheGate(t *testing.T) {
 			t.Fatal(err)
 		}
 		if later.ResourceVersion != got.ResourceVersion {
-			t.Errorf("status kept changing while the plane was down: %+v", later.Status.Conditions)
+			t.Errorf("status kept changing while the plane was down: %+v\nwas: %+v", later.Status.Conditions, got.Status.Conditions)
 		}
 	})
 }

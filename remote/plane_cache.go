@@ -139,7 +139,9 @@ type entry struct {
 	// failedAt is the last failed probe: a failing plane is probed at most once per
 	// ProbeInterval, so callers never wait on its timeout over and over.
 	failedAt time.Time
-	lastErr  error
+	// lastErr is the error that began the failing streak (failingSince): what the
+	// plane's conditions quote stays the same while it keeps failing.
+	lastErr error
 	// stopWatches stops the plane's watches; nil while not watching.
 	stopWatches context.CancelFunc
 	// changes counts what the watches reported (each change, each (re)list).
@@ -332,10 +334,15 @@ func (c *ClusterCache) Failed(key types.NamespacedName, err error) {
 	defer c.mu.Unlock()
 	if e := c.entries[key]; e != nil {
 		e.unsettle(UnsettledRequestFailed)
-		e.probedAt, e.failedAt, e.lastErr = time.Time{}, time.Now(), err
-		if e.failingSince.IsZero() {
-			e.failingSince = e.failedAt
-		}
+		e.fail(err)
+	}
+}
+
+// fail records a failed probe or request; the caller holds c.mu.
+func (e *entry) fail(err error) {
+	e.probedAt, e.failedAt = time.Time{}, time.Now()
+	if e.failingSince.IsZero() {
+		e.failingSince, e.lastErr = e.failedAt, err
 	}
 }
 
@@ -488,18 +495,15 @@ func (c *ClusterCache) checkStorage(ctx context.Context, e *entry) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
-		e.probedAt, e.failedAt, e.lastErr = time.Time{}, time.Now(), err
 		e.unsettle(UnsettledProbeFailed)
-		if e.failingSince.IsZero() {
-			e.failingSince = time.Now()
-		}
+		e.fail(err)
 		past := time.Since(e.failingSince) >= c.Grace
 		if past {
 			e.stop()
 		}
-		return &UnreachableError{Since: e.failingSince, Past: past, Err: err}
+		return &UnreachableError{Since: e.failingSince, Past: past, Err: e.lastErr}
 	}
-	e.probedAt, e.failingSince, e.failedAt = time.Now(), time.Time{}, time.Time{}
+	e.probedAt, e.failingSince, e.failedAt, e.lastErr = time.Now(), time.Time{}, time.Time{}, nil
 	e.version = version
 	return nil
 }
