@@ -23,9 +23,8 @@ func (c *ClusterCache) probeWhileWatched(ctx context.Context, e *entry) {
 			// A pass probed it meanwhile: count from that.
 			continue
 		}
-		probeCtx, cancel := context.WithTimeout(ctx, c.Timeout)
-		err := c.checkStorage(probeCtx, e)
-		cancel()
+		// The probe's client bounds it by Timeout.
+		err := c.checkStorage(ctx, e)
 		if ctx.Err() != nil {
 			return
 		}

@@ -81,7 +81,7 @@ func (c *ClusterCache) watchPlane(ctx context.Context, e *entry) (<-chan struct{
 				close(listed)
 			}
 		}}
-		go k.run(ctx, meta.Resource(gvr), sel, func(err error) {
+		go k.run(ctx, meta.Resource(gvr), e.key.String()+" "+resource, sel, func(err error) {
 			c.Log.V(1).Info("watching the plane failed; retrying", "plane", e.key, "resource", resource, "error", err.Error())
 		})
 	}
@@ -113,7 +113,7 @@ type kindSignal struct {
 // whenever the reflector must: after a failed watch it cannot resume, or a version too
 // old. A kind the plane does not serve (a version without mutating admission policies)
 // is not watched: there is nothing of it to change.
-func (k *kindSignal) run(ctx context.Context, res metadata.ResourceInterface, selector string, failed func(error)) {
+func (k *kindSignal) run(ctx context.Context, res metadata.ResourceInterface, name, selector string, failed func(error)) {
 	lw := &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector
@@ -124,14 +124,14 @@ func (k *kindSignal) run(ctx context.Context, res metadata.ResourceInterface, se
 			return res.Watch(ctx, o)
 		},
 	}
-	reflector := toolscache.NewReflectorWithOptions(lw, &metav1.PartialObjectMetadata{}, k, toolscache.ReflectorOptions{})
+	reflector := toolscache.NewReflectorWithOptions(lw, &metav1.PartialObjectMetadata{}, k,
+		toolscache.ReflectorOptions{Name: "plane " + name, TypeDescription: "metadata"})
 	wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
 		err := reflector.ListAndWatchWithContext(ctx)
 		switch {
 		case ctx.Err() != nil:
 		case apierrors.IsNotFound(err):
-			k.Replace(nil, "")
-			k.onFirst.Do(k.listed)
+			_ = k.Replace(nil, "")
 			<-ctx.Done()
 		case err != nil:
 			failed(err)

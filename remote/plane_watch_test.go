@@ -76,7 +76,7 @@ func TestUnservedKindIsNotWatched(t *testing.T) {
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
-		k.run(ctx, fake.Resource(gvr), "", func(err error) { t.Errorf("reported as a failure: %v", err) })
+		k.run(ctx, fake.Resource(gvr), "test", "", func(err error) { t.Errorf("reported as a failure: %v", err) })
 		close(done)
 	}()
 	select {
