@@ -49,11 +49,7 @@ func credential(t *testing.T, tenant *devenv.Cluster) *remote.AdminCredential {
 // a dead plane reported at once, with the grace period marked.
 func TestClusterCache(t *testing.T) {
 	scheme := testScheme(t)
-	tenant, err := devenv.StartTenant(scheme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tenant.Stop() })
+	tenant := tenantCluster(t, scheme)
 	cred := credential(t, tenant)
 
 	cache := &remote.ClusterCache{Scheme: scheme, Timeout: 2 * time.Second, ProbeInterval: time.Millisecond, Grace: 300 * time.Millisecond}
@@ -118,11 +114,7 @@ func TestClusterCache(t *testing.T) {
 // once etcd is back.
 func TestProbeNeedsStorage(t *testing.T) {
 	scheme := testScheme(t)
-	tenant, err := devenv.StartTenant(scheme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tenant.Stop() })
+	tenant := tenantCluster(t, scheme)
 	cred := credential(t, tenant)
 	cache := &remote.ClusterCache{Scheme: scheme, Timeout: 2 * time.Second, ProbeInterval: time.Millisecond, Grace: time.Hour}
 	key := types.NamespacedName{Namespace: "tenant-a", Name: "a"}
@@ -161,6 +153,17 @@ func TestProbeNeedsStorage(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// tenantCluster is a plane apiserver, stopped with the test.
+func tenantCluster(t *testing.T, scheme *runtime.Scheme) *devenv.Cluster {
+	t.Helper()
+	tenant, err := devenv.StartTenant(scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Stop() })
+	return tenant
 }
 
 // auditedTenant is a plane apiserver that audits every request, stopped with the test.

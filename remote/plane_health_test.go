@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/remote"
 )
 
@@ -17,11 +18,7 @@ import (
 // next Get says it is unreachable. While the plane answers, the probe wakes nothing.
 func TestHealthProbeWakesThePlane(t *testing.T) {
 	scheme := testScheme(t)
-	tenant, err := devenv.StartTenant(scheme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tenant.Stop() })
+	tenant := tenantCluster(t, scheme)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -67,4 +64,43 @@ func TestHealthProbeWakesThePlane(t *testing.T) {
 	if _, ok := idle.SettledUntil(key); ok {
 		t.Error("a cache that does not probe lets a plane go without passes")
 	}
+}
+
+// TestWatchesComeBackAfterAnOutage: the plane's API server crashes and comes back; its
+// watches resume (from the version they had seen, or by listing again, which wakes the
+// plane), so a change made after it is reported. Their first lists, when the plane
+// connected, woke nothing. The health probe is off: the watches alone must say it.
+func TestWatchesComeBackAfterAnOutage(t *testing.T) {
+	scheme := testScheme(t)
+	tenant := tenantCluster(t, scheme)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	got := make(changes, 100)
+	pc := &remote.ClusterCache{Scheme: scheme, Timeout: 2 * time.Second, ProbeInterval: 2 * time.Second, Grace: time.Hour,
+		OnChange: got.on}
+	go func() { _ = pc.Start(ctx) }()
+	key := types.NamespacedName{Namespace: "tenant-a", Name: "a"}
+	if _, err := pc.Get(ctx, key, credential(t, tenant)); err != nil {
+		t.Fatal(err)
+	}
+	if n := got.drain(2 * time.Second); n != 0 {
+		t.Fatalf("the watches' first lists woke the plane %d times", n)
+	}
+
+	if err := tenant.CrashAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := tenant.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for err := tenant.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "after-the-outage"}}); err != nil; err = tenant.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "after-the-outage"}}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the plane's API server did not come back: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	got.expect(t, time.Minute, "for a namespace created after the plane's API server came back")
 }

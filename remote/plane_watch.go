@@ -104,9 +104,8 @@ type kindSignal struct {
 	// served).
 	listed func()
 
-	mu      sync.Mutex
-	lists   int
-	onFirst sync.Once
+	mu    sync.Mutex
+	lists int
 }
 
 // run lists and watches the kind until ctx ends, listing again (and so telling changed)
@@ -153,6 +152,8 @@ func (k *kindSignal) Replace([]any, string) error {
 	first := k.lists == 1
 	k.mu.Unlock()
 	k.changed(WatchListed, first)
-	k.onFirst.Do(k.listed)
+	if first {
+		k.listed()
+	}
 	return nil
 }
