@@ -383,9 +383,10 @@ func (r *ComputePlaneReconciler) writeCredential(ctx context.Context, s *scope, 
 
 // revokeApplierCredential closes the gate's credential: it deletes the applier
 // kubeconfig Secret (every release that references it then fails closed: Flux applies
-// nothing anywhere) and, when the plane answers, the applier ServiceAccount and its
-// impersonation bindings in the plane, so any copy of a token (a tenant can read the
-// Secret while the gate is open) stops working at once, and the deployer's
+// nothing anywhere) and, when the plane answers, the applier's impersonation bindings
+// and ServiceAccount in the plane (remote.RevokeApplier: the bindings first, so any copy
+// of a token, which a tenant can read from the Secret while the gate is open, stops
+// writing at once), and the deployer's
 // ServiceAccount, so no token requested for the deployer while the gate was open keeps
 // writing either. Both halves run whether or not the other still had something to
 // remove: a tenant that copied the token and deleted the Secret does not keep the token

@@ -71,35 +71,44 @@ func TokenKubeconfig(admin *AdminCredential, user, token string) ([]byte, error)
 	return clientcmd.Write(*out)
 }
 
-// RevokeApplier takes the applier's and the deployers' standing in the plane away: it
-// deletes the applier ServiceAccount, so every token ever issued for it stops working as
-// soon as the plane's apiserver's caches see it gone (milliseconds; the burst test
-// measures it) (a bound token names its ServiceAccount's UID, which a recreated account
-// does not have), its impersonation bindings, and the deployers' ServiceAccounts, so a
-// token requested for a deployer while the gate was open (by a plane admin, say) dies
-// the same way. A copied token
-// is then worthless whether or not the applier Secret still exists. The identities
-// stage recreates them all (new UIDs) when the gate reopens; Flux impersonates the
-// deployer by name, and its RoleBindings name it, so placement works again at once. It
-// touches only objects carrying labels (the plane's), reads before it deletes (a
-// revoked plane costs no write) and returns what it removed.
+// RevokeApplier takes the applier's and the deployers' standing in the plane away, in
+// the order that stops writes soonest. First the applier's impersonation bindings: the
+// applier may do nothing but impersonate a deployer, so its writes stop as soon as the
+// plane's apiserver's RBAC cache sees them gone (milliseconds; the burst test measures
+// it). Then the applier ServiceAccount: a bound token names its ServiceAccount's UID,
+// which a recreated account does not have, so no token ever issued for it authenticates
+// again once the apiserver's token cache forgets it (kube-apiserver caches a successful
+// token authentication for 10 s, TokenSuccessCacheTTL in
+// k8s.io/kubernetes/pkg/kubeapiserver/options/authentication.go, not a flag: the
+// ServiceAccount's deletion alone is not the cut). Then the deployers' ServiceAccounts,
+// so a token requested for a deployer while the gate was open (by a plane admin, say)
+// dies the same way. A copied token is then worthless whether or not the applier Secret
+// still exists. The identities stage recreates them all (new UIDs) when the gate
+// reopens; Flux impersonates the deployer by name, and its RoleBindings name it, so
+// placement works again at once. It touches only objects carrying labels (the plane's),
+// reads before it deletes (a revoked plane costs no write) and returns what it removed.
 func RevokeApplier(ctx context.Context, c client.Client, deployerNamespaces []string, labels map[string]string) ([]string, error) {
 	return DeleteOwned(ctx, c, revokedObjects(deployerNamespaces), labels)
 }
 
-// revokedObjects are what RevokeApplier removes, the applier first (its tokens are the
-// ones a tenant can read).
+// revokedObjects are what RevokeApplier removes, in its order: the applier's
+// impersonation bindings, the applier, the deployers.
 func revokedObjects(deployerNamespaces []string) []client.Object {
 	sa := func(ns, name string) client.Object {
 		o := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 		o.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
 		return o
 	}
-	objs := []client.Object{sa(ApplierNamespace, ApplierName)}
-	for _, ns := range sorted(deployerNamespaces) {
+	namespaces := sorted(deployerNamespaces)
+	var objs []client.Object
+	for _, ns := range namespaces {
 		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ApplierName}}
 		binding.SetGroupVersionKind(rbacv1.SchemeGroupVersion.WithKind("RoleBinding"))
-		objs = append(objs, binding, sa(ns, DeployerName))
+		objs = append(objs, binding)
+	}
+	objs = append(objs, sa(ApplierNamespace, ApplierName))
+	for _, ns := range namespaces {
+		objs = append(objs, sa(ns, DeployerName))
 	}
 	return objs
 }

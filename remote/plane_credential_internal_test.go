@@ -10,18 +10,19 @@ import (
 	"github.com/cozystack/computeplane/internal/ssa"
 )
 
-// TestRevokedObjects: closing the gate removes the applier first, then per deployer
-// namespace the applier's right to impersonate and the deployer itself (whose UID every
-// token issued for it names).
+// TestRevokedObjects: closing the gate removes the applier's right to impersonate first
+// (its writes stop once the plane's RBAC cache sees that: its ServiceAccount's deletion
+// would leave a token authenticating from the apiserver's token cache for up to 10 s),
+// then the applier, then the deployers (whose UID every token issued for them names).
 func TestRevokedObjects(t *testing.T) {
 	for _, tc := range []struct {
 		namespaces []string
 		want       string
 	}{
 		{nil, "ServiceAccount computeplane-system/computeplane-applier"},
-		{[]string{"tenant-b", "tenant-a"}, "ServiceAccount computeplane-system/computeplane-applier," +
-			"RoleBinding tenant-a/computeplane-applier,ServiceAccount tenant-a/computeplane-deployer," +
-			"RoleBinding tenant-b/computeplane-applier,ServiceAccount tenant-b/computeplane-deployer"},
+		{[]string{"tenant-b", "tenant-a"}, "RoleBinding tenant-a/computeplane-applier,RoleBinding tenant-b/computeplane-applier," +
+			"ServiceAccount computeplane-system/computeplane-applier," +
+			"ServiceAccount tenant-a/computeplane-deployer,ServiceAccount tenant-b/computeplane-deployer"},
 	} {
 		var got []string
 		for _, o := range revokedObjects(tc.namespaces) {

@@ -120,7 +120,7 @@ func TestBurstWithFlappingGates(t *testing.T) {
 		t.Logf("FIGURE drift → credential revoked in the plane: mean %s, max %s (%d closings)",
 			(sum / time.Duration(n)).Round(time.Millisecond), all.detect[n-1].Round(time.Millisecond), n)
 	}
-	t.Logf("FIGURE flapping: %d drifts, %d gate closings in the planes' audit logs; %d writes by the applier, %d while a gate was closed, %d racing a revocation (within %s of the ServiceAccount's deletion, before its RoleBinding's)",
+	t.Logf("FIGURE flapping: %d drifts, %d gate closings in the planes' audit logs; %d writes by the applier, %d while a gate was closed, %d racing a revocation (within %s of its impersonation binding's deletion)",
 		drifts, all.closings, all.writes, all.violations, all.raced, revocationWindow)
 }
 
@@ -184,7 +184,7 @@ func flap(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, n int) int {
 // gateAudit is what a plane's audit log says about its gate.
 type gateAudit struct {
 	// violations: writes by the applier while the gate was closed, and credentials issued
-	// after the operator had read the plane with a policy missing.
+	// (or the applier's binding written back) after the operator had found a policy missing.
 	violations int
 	writes     int
 	// raced: writes received while the revocation was taking effect (revocationWindow).
@@ -195,21 +195,23 @@ type gateAudit struct {
 }
 
 // revocationWindow bounds how long a revocation takes to take effect once the applier's
-// ServiceAccount is deleted: the plane's apiserver authenticates tokens against its own
-// cache of ServiceAccounts, and authorizes against its cache of RoleBindings, so a
-// request received a few milliseconds after the deletion completed may still pass
-// (seen: up to 21 ms in CI, always before the impersonation RoleBinding's deletion, the
-// revocation's last step, completed).
+// impersonation RoleBinding is deleted: the plane's apiserver authorizes against its own
+// cache of RoleBindings, so a request received a few milliseconds after the deletion
+// completed may still pass. The applier's ServiceAccount, deleted next, is no cut: the
+// apiserver caches a token's successful authentication for 10 s.
 const revocationWindow = 100 * time.Millisecond
 
 // checkGateInAudit reads a plane's audit log in the order its apiserver received the
-// requests. The gate is closing from the completion of the operator's deletion of the
-// applier ServiceAccount, and closed once the revocation's last step (the applier's
-// impersonation RoleBinding deleted) completed or revocationWindow passed, until the
-// operator issues the applier a new token. A write by the applier while closed is a
-// violation; one while closing raced the revocation and is counted apart. A token issued while one of the operator's policies is
-// deleted is a violation when the operator had read the policies after the deletion
-// (it knew); before that it is the drift's detection time, which is measured.
+// requests. The applier may do nothing but impersonate the deployer, through its
+// impersonation RoleBinding: the gate is closing from the completion of the operator's
+// deletion of that binding, and closed revocationWindow later, until the operator
+// writes the binding again (reopening: a token cached from before still authenticates
+// for a while) or issues the applier a new token. A write by the applier while closed
+// is a violation; one while closing raced the revocation and is counted apart. A token
+// issued, or the binding written back, while one of the operator's policies is deleted
+// is a violation when the operator had asked for that policy after the deletion (it
+// knew: a pass reads each policy by name); before that it is the drift's detection time,
+// which is measured. The watches' lists are signals, not what a pass decides on.
 func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) gateAudit {
 	t.Helper()
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
@@ -220,14 +222,14 @@ func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) g
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A request is placed at its receipt (authentication happens then), but the
-	// revocation at its completion: a write received while the deletion of the applier
-	// was still in flight raced it, and was authenticated before it took effect.
+	impersonation := func(r *devenv.AuditObjectRef) bool {
+		return r != nil && r.Resource == "rolebindings" && r.Namespace == p.Namespace && r.Name == remote.ApplierName && r.Subresource == ""
+	}
+	// A request is placed at its receipt (authentication and authorization happen then),
+	// but the revocation at its completion: a write received while the binding's deletion
+	// was still in flight was authorized before it took effect.
 	revocation := func(e devenv.AuditEvent) bool {
-		r := e.ObjectRef
-		return r != nil && e.Verb == "delete" && r.Subresource == "" && r.Name == remote.ApplierName &&
-			(r.Resource == "serviceaccounts" && r.Namespace == remote.ApplierNamespace ||
-				r.Resource == "rolebindings" && r.Namespace == p.Namespace)
+		return e.Verb == "delete" && impersonation(e.ObjectRef)
 	}
 	when := func(e devenv.AuditEvent) time.Time {
 		if revocation(e) {
@@ -241,23 +243,37 @@ func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) g
 		policies[n] = true
 	}
 	var (
-		g        gateAudit
-		closing  time.Time // the applier ServiceAccount's deletion completed
-		closed   bool
-		missing  = map[string]time.Time{} // policy → when the test deleted it
-		lastRead time.Time                // the operator's last read of the policies
-		trail    []string
+		g       gateAudit
+		closing time.Time // the impersonation binding's deletion completed
+		closed  bool
+		missing = map[string]time.Time{} // policy → when the test deleted it
+		read    = map[string]time.Time{} // policy → the operator's last GET of it, whatever the answer
+		trail   []string
 	)
 	defer func() {
 		if t.Failed() {
 			t.Logf("plane %s: gate trail:\n%s", p.Namespace, strings.Join(trail, "\n"))
 		}
 	}()
-	applierSA := func(r *devenv.AuditObjectRef) bool {
-		return r.Resource == "serviceaccounts" && r.Namespace == remote.ApplierNamespace && r.Name == remote.ApplierName
+	// opened checks a credential issued or a binding written back at at against the
+	// policies the test had deleted.
+	opened := func(what string, at time.Time) {
+		for name, since := range missing {
+			if read[name].After(since) {
+				g.violations++
+				t.Errorf("plane %s: the operator %s at %s although it had asked for %s at %s, after its deletion (%s)",
+					p.Namespace, what, at.Format(time.RFC3339Nano), name, read[name].Format(time.RFC3339Nano), since.Format(time.RFC3339Nano))
+			}
+		}
+		closed, closing = false, time.Time{}
 	}
 	for _, e := range events {
 		r := e.ObjectRef
+		if r != nil && e.Stage == "ResponseComplete" && e.User.Username == devenv.AdminUser && e.Verb == "get" &&
+			r.Resource == "validatingadmissionpolicies" {
+			// A NotFound is what the operator learns a policy is missing from.
+			read[r.Name] = when(e)
+		}
 		if !e.Succeeded() || r == nil {
 			continue
 		}
@@ -281,7 +297,7 @@ func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) g
 					p.Namespace, e.Verb, r.Resource, r.Namespace, r.Name, at.Format(time.RFC3339Nano))
 			case !closing.IsZero():
 				g.raced++
-				t.Logf("plane %s: the applier %s %s %s/%s at %s raced the revocation (%s after the ServiceAccount's deletion completed)",
+				t.Logf("plane %s: the applier %s %s %s/%s at %s raced the revocation (%s after its impersonation binding's deletion completed)",
 					p.Namespace, e.Verb, r.Resource, r.Namespace, r.Name, at.Format(time.RFC3339Nano), at.Sub(closing))
 			}
 		case e.User.Username != devenv.AdminUser:
@@ -292,28 +308,22 @@ func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) g
 		case r.Resource == "validatingadmissionpolicies":
 			if e.Mutating() && policies[r.Name] && e.Verb != "delete" {
 				delete(missing, r.Name) // restored
-			} else if !e.Mutating() {
-				lastRead = at
 			}
-		case applierSA(r) && e.Verb == "delete":
-			if !closed && closing.IsZero() {
+		case revocation(e):
+			if closing.IsZero() && !closed {
 				g.closings++
 				if first := earliest(missing); !first.IsZero() {
 					g.detect = append(g.detect, at.Sub(first))
 				}
 				closing = at
 			}
-		case revocation(e) && r.Resource == "rolebindings" && !closing.IsZero():
-			closed = true
-		case applierSA(r) && e.Verb == "create" && r.Subresource == "token":
-			for name, since := range missing {
-				if lastRead.After(since) {
-					g.violations++
-					t.Errorf("plane %s: the applier was issued a token at %s although the operator had read the policies at %s, after %s was deleted (%s)",
-						p.Namespace, at.Format(time.RFC3339Nano), lastRead.Format(time.RFC3339Nano), name, since.Format(time.RFC3339Nano))
-				}
+		case impersonation(r) && e.Mutating():
+			if !closing.IsZero() || closed {
+				opened("wrote the applier's impersonation binding back", at)
 			}
-			closed, closing = false, time.Time{}
+		case r.Resource == "serviceaccounts" && r.Namespace == remote.ApplierNamespace && r.Name == remote.ApplierName &&
+			e.Verb == "create" && r.Subresource == "token":
+			opened("issued the applier a token", at)
 		}
 	}
 	return g
