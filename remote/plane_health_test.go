@@ -7,8 +7,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/remote"
 )
 
@@ -22,15 +24,7 @@ func TestHealthProbeWakesThePlane(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	got := make(changes, 100)
-	pc := &remote.ClusterCache{Scheme: scheme, Timeout: 2 * time.Second, ProbeInterval: 2 * time.Second, Grace: time.Hour,
-		HealthInterval: 500 * time.Millisecond, OnChange: got.on}
-	go func() { _ = pc.Start(ctx) }()
-	key := types.NamespacedName{Namespace: "tenant-a", Name: "a"}
-	cred := credential(t, tenant)
-	if _, err := pc.Get(ctx, key, cred); err != nil {
-		t.Fatal(err)
-	}
+	pc, got, key, cred := connectedCache(t, ctx, scheme, tenant, 500*time.Millisecond)
 	if _, ok := pc.SettledUntil(key); ok {
 		t.Fatal("a plane never read in full counts as settled")
 	}
@@ -76,14 +70,7 @@ func TestWatchesComeBackAfterAnOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	got := make(changes, 100)
-	pc := &remote.ClusterCache{Scheme: scheme, Timeout: 2 * time.Second, ProbeInterval: 2 * time.Second, Grace: time.Hour,
-		OnChange: got.on}
-	go func() { _ = pc.Start(ctx) }()
-	key := types.NamespacedName{Namespace: "tenant-a", Name: "a"}
-	if _, err := pc.Get(ctx, key, credential(t, tenant)); err != nil {
-		t.Fatal(err)
-	}
+	_, got, _, _ := connectedCache(t, ctx, scheme, tenant, 0)
 	if n := got.drain(2 * time.Second); n != 0 {
 		t.Fatalf("the watches' first lists woke the plane %d times", n)
 	}
@@ -95,12 +82,32 @@ func TestWatchesComeBackAfterAnOutage(t *testing.T) {
 	if err := tenant.StartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
+	create := func() error {
+		return tenant.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "after-the-outage"}})
+	}
 	deadline := time.Now().Add(30 * time.Second)
-	for err := tenant.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "after-the-outage"}}); err != nil; err = tenant.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "after-the-outage"}}) {
+	for err := create(); err != nil; err = create() {
 		if time.Now().After(deadline) {
 			t.Fatalf("the plane's API server did not come back: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	got.expect(t, time.Minute, "for a namespace created after the plane's API server came back")
+}
+
+// connectedCache starts a plane cache (health probe every healthInterval; 0: none) that
+// reports its wake-ups to the returned changes, and connects it to tenant as plane
+// tenant-a/a.
+func connectedCache(t *testing.T, ctx context.Context, scheme *runtime.Scheme, tenant *devenv.Cluster, healthInterval time.Duration) (*remote.ClusterCache, changes, types.NamespacedName, *remote.AdminCredential) {
+	t.Helper()
+	got := make(changes, 100)
+	pc := &remote.ClusterCache{Scheme: scheme, Timeout: 2 * time.Second, ProbeInterval: 2 * time.Second, Grace: time.Hour,
+		HealthInterval: healthInterval, OnChange: got.on}
+	go func() { _ = pc.Start(ctx) }()
+	key := types.NamespacedName{Namespace: "tenant-a", Name: "a"}
+	cred := credential(t, tenant)
+	if _, err := pc.Get(ctx, key, cred); err != nil {
+		t.Fatal(err)
+	}
+	return pc, got, key, cred
 }

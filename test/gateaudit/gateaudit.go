@@ -6,6 +6,8 @@ package gateaudit
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -85,7 +87,7 @@ func Judge(events []devenv.AuditEvent, tenantNamespace string, policies []string
 	// opened checks a credential issued or a binding written back against the policies
 	// known missing.
 	opened := func(what string, at time.Time) {
-		for _, name := range sortedKeys(missing) {
+		for _, name := range slices.Sorted(maps.Keys(missing)) {
 			if since := missing[name]; read[name].After(since) {
 				res.Violations = append(res.Violations, fmt.Sprintf("the operator %s at %s although it had asked for %s at %s, after its deletion (%s)",
 					what, at.Format(time.RFC3339Nano), name, read[name].Format(time.RFC3339Nano), since.Format(time.RFC3339Nano)))
@@ -160,13 +162,4 @@ func earliest(m map[string]time.Time) time.Time {
 		}
 	}
 	return first
-}
-
-func sortedKeys(m map[string]time.Time) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
