@@ -3,7 +3,7 @@ SHELL := /usr/bin/env bash -o pipefail
 .SHELLFLAGS := -ec
 
 CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
-# The pinned kube-apiserver, etcd and kubectl, built once into a cache outside the repo.
+# The pinned kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kubectl, built once into a cache outside the repo.
 TESTBIN = $(shell test/tools/build.sh)
 # The pinned Helm CLI (built once, like the above), for the chart.
 HELM = $(shell test/tools/helm.sh)
@@ -28,7 +28,7 @@ manifests: ## Generate the CRDs, RBAC and webhook manifests into config/, and th
 	$(TESTBIN)/kubectl kustomize config/default > config/helm/computeplane/files/install.yaml
 
 .PHONY: testbin
-testbin: ## Build the pinned kube-apiserver, etcd and kubectl (once).
+testbin: ## Build the pinned kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kubectl (once).
 	@echo $(TESTBIN)
 
 .PHONY: build
@@ -37,15 +37,18 @@ build: ## Build the manager binary into bin/.
 
 .PHONY: test
 test: ## Run every test (unit and envtest on real apiservers) with -race.
+	test/tools/modules.sh # the module proxy's occasional 502 fails a lazy fetch: fetch up front, retrying
 	test/tools/flux.sh >/dev/null # test/kamajireal runs the real Flux (e2e stays opt-in: make e2e)
 	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) KAMAJI_BIN=$(KAMAJI) go test -race -count=1 -timeout 20m $(GO_TEST_FLAGS) ./...
 
 .PHONY: demo
 demo: ## Run the embedded default: a local management apiserver, the manager and a sample plane.
+	test/tools/modules.sh # the module proxy's occasional 502 fails a lazy fetch: fetch up front, retrying
 	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) KAMAJI_BIN=$(KAMAJI) go run ./cmd/demo
 
 .PHONY: e2e
 e2e: ## Run placement end to end with the real Flux helm-controller (built once, see test/tools/flux.sh), on the dev provider's planes and on a real Kamaji plane.
+	test/tools/modules.sh # the module proxy's occasional 502 fails a lazy fetch: fetch up front, retrying
 	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) go test -race -count=1 -v -timeout 45m ./test/e2e/...
 	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) KAMAJI_BIN=$(KAMAJI) go test -race -count=1 -v -timeout 15m -run '^TestOperatorOnRealKamaji$$' ./test/kamajireal/
 
@@ -66,22 +69,35 @@ bench: ## Run the benchmarks against real apiservers and print their figures.
 	KUBEBUILDER_ASSETS=$(TESTBIN) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) go test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/... ./test/e2e/...
 
 .PHONY: lint
-lint: ## Vet, check formatting, lint the chart.
+lint: house-check ## Vet, check formatting, check the house's rules, lint the chart.
 	go vet ./...
-	test -z "$$(gofmt -l api cmd controllers remote netpol internal test)"
+	test -z "$$(gofmt -l $$(go list -f '{{.Dir}}' ./...) test)"
 	$(HELM) lint --strict config/helm/computeplane
 
 .PHONY: chart
 chart: ## Render the chart with its defaults (what `helm install` would apply).
 	$(HELM) template computeplane config/helm/computeplane --namespace computeplane-system
 
+.PHONY: house
+house: ## Regenerate docs/house.md: the packages, their imports, which do I/O.
+	go run ./test/tools/house
+
+.PHONY: house-check
+house-check: ## Check the rules in docs/house.md (placement and computeplane apart, nothing imports test/, the pure packages do no I/O).
+	go run ./test/tools/house -check
+
+.PHONY: image-context
+image-context: ## Check without Docker that the image's build context holds the manager's packages and builds it.
+	test/tools/image-context.sh
+
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a Docker engine).
 	docker build -t $(IMG) .
 
 .PHONY: verify-generated
-verify-generated: generate manifests ## Fail when generated code or manifests are stale.
-	git diff --exit-code -- api config
+verify-generated: generate manifests house ## Fail when generated code, manifests or docs/house.md are stale.
+	git diff --exit-code -- api config docs/house.md
+	git ls-files --error-unmatch docs/house.md >/dev/null || { echo "docs/house.md is not committed"; exit 1; }
 
 .PHONY: faults
 faults: ## Run the fault suite: plane apiserver/etcd loss, credential rotation, the manager SIGKILLed at every stage, the management apiserver restarted, and a Kamaji-run control plane killed and renewed (prints each fault's figures).

@@ -5,13 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/tenancy"
+
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers/render"
 )
 
 const kindLabel = "apps.example.com/kind"
@@ -42,7 +43,7 @@ func TestPlacementByApplicationKind(t *testing.T) {
 	}
 	kc := hr.Spec.KubeConfig
 	if hr.Labels[cpv1.PlacementLabel] != cpv1.PlacementLabelValue || kc == nil || kc.SecretRef == nil ||
-		kc.SecretRef.Name != render.ApplierSecretName(p) || hr.Spec.ServiceAccountName != "computeplane-deployer" ||
+		kc.SecretRef.Name != tenancy.ApplierSecretName(p) || hr.Spec.ServiceAccountName != "computeplane-deployer" ||
 		!controllerutil.ContainsFinalizer(hr, cpv1.PlacementFinalizer) {
 		t.Errorf("a release of a placed kind is not stored as a routed placement release: labels %v, kubeConfig %+v, serviceAccountName %q, finalizers %v",
 			hr.Labels, kc, hr.Spec.ServiceAccountName, hr.Finalizers)

@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/test/testkit"
+
+	"github.com/cozystack/computeplane/controllers/tenancy"
+
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	slim_metav1 "github.com/cilium/cilium/pkg/k8s/slim/k8s/apis/meta/v1"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -31,7 +35,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/netpol"
@@ -56,11 +59,11 @@ func readyPlane(t *testing.T, ctx context.Context, class *cpv1.ComputePlaneClass
 
 // gateClosed checks that the plane is not Ready and its applier credential is gone.
 func gateClosed(ctx context.Context, p *cpv1.ComputePlane) func() error {
-	return devenv.GateClosed(ctx, k8s, p)
+	return testkit.GateClosed(ctx, k8s, p)
 }
 
 func applierSecretKey(p *cpv1.ComputePlane) client.ObjectKey {
-	return client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}
+	return client.ObjectKey{Namespace: p.Namespace, Name: tenancy.ApplierSecretName(p)}
 }
 
 // deployerClient uses an applier kubeconfig as Flux does: impersonating the deployer.
@@ -157,7 +160,7 @@ func TestAttackTenantStripsFinalizer(t *testing.T) {
 	class := newClass("strip-" + rand.String(6))
 	p := planeWithClass(t, ctx, class, withGroup("workers", medium))
 	key := client.ObjectKeyFromObject(p)
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, cpv1.WaitingForInfrastructureReason))
 
 	alice := tenantUser(t, ctx, p.Namespace, "alice")
 	got := &cpv1.ComputePlane{}
@@ -204,11 +207,11 @@ func TestAttackTenantLeavesEveryShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	relabel := client.MergeFrom(got.DeepCopy())
-	got.Labels = map[string]string{controllers.ShardKeyLabel: "nobody-runs-this", "team": "a"}
+	got.Labels = map[string]string{cpv1.ShardKeyLabel: "nobody-runs-this", "team": "a"}
 	denied(t, alice.Patch(ctx, got, relabel), refusal)
 
 	other := newPlane(tenantNamespace(t, ctx), "plane", class.Name)
-	other.Labels = map[string]string{controllers.ShardKeyLabel: "nobody-runs-this"}
+	other.Labels = map[string]string{cpv1.ShardKeyLabel: "nobody-runs-this"}
 	// Nor may the plane's owner, who creates it: assigning shards is the platform's.
 	owner := ownerUser(t, ctx, other.Namespace, "alices-parent")
 	denied(t, owner.Create(ctx, other), refusal)
@@ -229,7 +232,7 @@ func TestAttackTenantLeavesEveryShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	relabel = client.MergeFrom(got.DeepCopy())
-	got.Labels[controllers.ShardKeyLabel] = "shard1"
+	got.Labels[cpv1.ShardKeyLabel] = "shard1"
 	if err := ops.Patch(ctx, got, relabel); err != nil {
 		t.Fatalf("a platform operator cannot assign the shard: %v", err)
 	}
@@ -237,7 +240,7 @@ func TestAttackTenantLeavesEveryShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	relabel = client.MergeFrom(got.DeepCopy())
-	delete(got.Labels, controllers.ShardKeyLabel)
+	delete(got.Labels, cpv1.ShardKeyLabel)
 	denied(t, alice.Patch(ctx, got, relabel), refusal)
 }
 
@@ -310,7 +313,7 @@ func TestAttackPlaneRecreatedOverLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(p)
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, cpv1.WaitingForInfrastructureReason))
 	if infraOf(p) == oldInfra {
 		t.Fatalf("the new plane shares the old plane's infrastructure namespace %s", oldInfra)
 	}
@@ -538,7 +541,7 @@ func TestAttackPoliciesNotEnforced(t *testing.T) {
 	p := planeWithClass(t, ctx, newClass("unenforced-"+rand.String(6)))
 	key := client.ObjectKeyFromObject(p)
 	provideWithTenant(t, ctx, p, tenant)
-	eventually(t, settle, conditionIs(ctx, key, cpv1.AdmissionCondition, metav1.ConditionFalse, controllers.NotEnforcedReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.AdmissionCondition, metav1.ConditionFalse, cpv1.NotEnforcedReason))
 	got := &cpv1.ComputePlane{}
 	if err := k8s.Get(ctx, key, got); err != nil {
 		t.Fatal(err)
@@ -750,7 +753,7 @@ func driftReported(ctx context.Context, p *cpv1.ComputePlane, what string) func(
 			return err
 		}
 		for _, e := range evs.Items {
-			if e.InvolvedObject.UID == p.UID && e.Reason == controllers.DriftedReason && strings.Contains(e.Message, what) {
+			if e.InvolvedObject.UID == p.UID && e.Reason == cpv1.DriftedReason && strings.Contains(e.Message, what) {
 				return nil
 			}
 		}

@@ -22,7 +22,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
-	"github.com/cozystack/computeplane/remote"
+	"github.com/cozystack/computeplane/remote/posture"
 )
 
 // TestAttackOperatorRunsNoWorkloadOutsideInfrastructure: whoever holds the operator's
@@ -202,7 +202,7 @@ func TestAutoscalerCredentialLifecycle(t *testing.T) {
 	p, tenant := readyPlane(t, ctx, newClass("ca-cred-"+rand.String(6)), withGroup("workers", medium))
 	key := client.ObjectKeyFromObject(p)
 	secretKey := client.ObjectKey{Namespace: infraOf(p), Name: render.AutoscalerKubeconfigSecretName(p)}
-	saKey := client.ObjectKey{Namespace: remote.AutoscalerNamespace, Name: remote.AutoscalerName}
+	saKey := client.ObjectKey{Namespace: posture.AutoscalerNamespace, Name: posture.AutoscalerName}
 	tc := tenant.Client
 
 	issued := func() (*corev1.Secret, client.Client) {
@@ -228,9 +228,9 @@ func TestAutoscalerCredentialLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	expires, err := time.Parse(time.RFC3339, secret.Annotations[cpv1.TokenExpiresAtAnnotation])
-	if err != nil || time.Until(expires) > reconciler.TokenLifetime || secret.Annotations[cpv1.ApplierUIDAnnotation] != string(sa.UID) {
+	if err != nil || time.Until(expires) > reconciler.TokenLifetime || secret.Annotations[cpv1.TokenServiceAccountUIDAnnotation] != string(sa.UID) {
 		t.Errorf("token expires at %v (err=%v, lifetime %s), bound to %q, want the ServiceAccount's %s",
-			expires, err, reconciler.TokenLifetime, secret.Annotations[cpv1.ApplierUIDAnnotation], sa.UID)
+			expires, err, reconciler.TokenLifetime, secret.Annotations[cpv1.TokenServiceAccountUIDAnnotation], sa.UID)
 	}
 	if secret.Labels[cpv1.PlaneUIDLabel] != string(p.UID) || len(secret.OwnerReferences) != 0 {
 		t.Errorf("Secret labels %v, owners %v", secret.Labels, secret.OwnerReferences)
@@ -257,8 +257,8 @@ func TestAutoscalerCredentialLifecycle(t *testing.T) {
 		if err := k8s.Get(ctx, secretKey, s); err != nil {
 			return err
 		}
-		if now.UID == sa.UID || s.Annotations[cpv1.ApplierUIDAnnotation] != string(now.UID) {
-			return fmt.Errorf("ServiceAccount %s, token bound to %s", now.UID, s.Annotations[cpv1.ApplierUIDAnnotation])
+		if now.UID == sa.UID || s.Annotations[cpv1.TokenServiceAccountUIDAnnotation] != string(now.UID) {
+			return fmt.Errorf("ServiceAccount %s, token bound to %s", now.UID, s.Annotations[cpv1.TokenServiceAccountUIDAnnotation])
 		}
 		return nil
 	})
@@ -277,7 +277,7 @@ func TestAutoscalerCredentialLifecycle(t *testing.T) {
 		for _, o := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.ClusterRoleBinding{}, &rbacv1.ClusterRole{}} {
 			k := saKey
 			if _, ok := o.(*corev1.ServiceAccount); !ok {
-				k = client.ObjectKey{Name: remote.AutoscalerName}
+				k = client.ObjectKey{Name: posture.AutoscalerName}
 			}
 			if err := tc.Get(ctx, k, o); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("%T %s in the plane: err=%v", o, k, err)

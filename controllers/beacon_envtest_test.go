@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/computeplane"
+
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 )
 
 // beacon checks the plane's namespace's capability label: want names the plane, or ""
@@ -114,7 +115,7 @@ func TestCheckCapabilityLabel(t *testing.T) {
 		"": true, cpv1.DefaultCapabilityLabel: true, "namespace.cozystack.io/capability.gpu-plane": true,
 		"namespace.cozystack.io/capability.": false, "example.com/capability.computeplane": false, "computeplane": false,
 	} {
-		if err := controllers.CheckCapabilityLabel(key); (err == nil) != ok {
+		if err := computeplane.CheckCapabilityLabel(key); (err == nil) != ok {
 			t.Errorf("CheckCapabilityLabel(%q) = %v, want ok=%v", key, err, ok)
 		}
 	}

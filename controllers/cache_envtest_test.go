@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/computeplane"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
@@ -20,7 +24,6 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/netpol"
 )
@@ -34,7 +37,7 @@ func TestCachesHoldOnlyTheOperatorsObjects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ns := tenantNamespace(t, ctx)
-	ours := map[string]string{render.ManagedByLabel: render.ManagedByValue}
+	ours := map[string]string{cpv1.ManagedByLabel: cpv1.ManagedByValue}
 	kcp := func(name string, l map[string]string) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"version": "v1.33.4"}}}
 		u.SetAPIVersion(render.KamajiAPIVersion)
@@ -50,7 +53,7 @@ func TestCachesHoldOnlyTheOperatorsObjects(t *testing.T) {
 		&ciliumv2.CiliumNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "theirs"}},
 		ourDeny(ns, ours),
 		kcp("theirs", nil), kcp("ours", ours),
-		&clusterv1.MachineSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "set", Labels: map[string]string{render.ClusterNameLabel: "c"}},
+		&clusterv1.MachineSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "set", Labels: map[string]string{cpv1.ClusterNameLabel: "c"}},
 			Spec: clusterv1.MachineSetSpec{ClusterName: "c", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"set": "a"}},
 				Template: clusterv1.MachineTemplateSpec{ObjectMeta: clusterv1.ObjectMeta{Labels: map[string]string{"set": "a"}},
 					Spec: clusterv1.MachineSpec{ClusterName: "c",
@@ -121,9 +124,9 @@ func TestCachesHoldOnlyTheOperatorsObjects(t *testing.T) {
 	}
 	// The teardown and the node group pruning list what they delete from the same
 	// scoped informers: never another user's object, whatever the selector they pass.
-	for _, gvk := range controllers.LeftoverKinds {
+	for _, gvk := range computeplane.LeftoverKinds {
 		eventually(t, settle, func() error {
-			items, err := controllers.ListOwnedForTest(ctx, reconciler.Client, gvk, ns)
+			items, err := computeplane.ListOwned(ctx, reconciler.Client, gvk, ns, nil)
 			if err != nil {
 				return err
 			}
@@ -149,7 +152,7 @@ func TestCachesHoldOnlyTheOperatorsObjects(t *testing.T) {
 		}
 		// Identity only: the comparisons read a version they do not remember from the
 		// API server (ssa.Comparisons.Fresh).
-		if _, ok := got.Object["spec"]; ok || got.GetUID() != ourKCP.GetUID() || got.GetResourceVersion() == "" || got.GetLabels()[render.ManagedByLabel] == "" {
+		if _, ok := got.Object["spec"]; ok || got.GetUID() != ourKCP.GetUID() || got.GetResourceVersion() == "" || got.GetLabels()[cpv1.ManagedByLabel] == "" {
 			return fmt.Errorf("the cached KamajiControlPlane is not its identity alone: %v", got.Object)
 		}
 		if _, ok := got.Object["status"]; ok || len(got.GetManagedFields()) > 0 {
@@ -170,7 +173,7 @@ func TestCachesHoldOnlyTheOperatorsObjects(t *testing.T) {
 			return err
 		}
 		if ms.Spec.ClusterName != "" || ms.Spec.Template.Spec.InfrastructureRef.Name != "infra" ||
-			ms.Spec.Template.Spec.Bootstrap.ConfigRef.Name != "boot" || ms.Labels[render.ClusterNameLabel] != "c" {
+			ms.Spec.Template.Spec.Bootstrap.ConfigRef.Name != "boot" || ms.Labels[cpv1.ClusterNameLabel] != "c" {
 			return fmt.Errorf("the cached MachineSet holds %+v, want its labels and template references only", ms.Spec)
 		}
 		if len(ms.ManagedFields) > 0 {
@@ -211,7 +214,7 @@ func TestCachesHoldOnlyTheOperatorsReleases(t *testing.T) {
 	// Created in this order, so a cache that holds the last one has seen the others.
 	for _, o := range []client.Object{
 		release("theirs", nil),
-		release("addon", map[string]string{render.ManagedByLabel: render.ManagedByValue}),
+		release("addon", map[string]string{cpv1.ManagedByLabel: cpv1.ManagedByValue}),
 		placementRelease(p.Namespace, "app", func(hr *helmv2.HelmRelease) {
 			hr.Spec.Values = &apiextensionsv1.JSON{Raw: []byte(`{"blob":"` + strings.Repeat("x", 64<<10) + `"}`)}
 			hr.Annotations = map[string]string{"bulk": strings.Repeat("y", 64<<10)}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/computeplane"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/remote"
 )
 
@@ -49,7 +50,7 @@ func TestPlaneWaitsForClassThenProvisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ValidCondition, metav1.ConditionTrue, cpv1.SucceededReason))
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, cpv1.WaitingForInfrastructureReason))
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ReconcilingCondition, metav1.ConditionTrue, cpv1.ProgressingReason))
 	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionUnknown, cpv1.BlockedReason))
 
@@ -170,18 +171,18 @@ func TestSteadyReconcileMakesNoWrites(t *testing.T) {
 	defer cancel()
 	p := planeWithClass(t, ctx, newClass("quiet-"+rand.String(6)), withGroup("workers", medium))
 	key := client.ObjectKeyFromObject(p)
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, cpv1.WaitingForInfrastructureReason))
 
 	// Read through the running manager's caches, the plane's objects may lag behind the
 	// writes that settled it: the manager is settled once three passes in a row, as the
 	// manager reads, write nothing and emit nothing.
-	var r *controllers.ComputePlaneReconciler
+	var r *computeplane.Reconciler
 	var writes *atomic.Int32
 	eventually(t, settle, func() error {
 		var counting client.Client
 		counting, writes = countingClient(t, reconciler.Client)
 		recorder := events.NewFakeRecorder(10)
-		r = &controllers.ComputePlaneReconciler{Client: counting, APIReader: k8s, Addons: reconciler.Addons, Events: recorder, RequeueInterval: time.Second,
+		r = &computeplane.Reconciler{Client: counting, APIReader: k8s, Addons: reconciler.Addons, Events: recorder, RequeueInterval: time.Second,
 			Planes: &remote.ClusterCache{Scheme: k8s.Scheme(), Timeout: time.Second, ProbeInterval: time.Second, Grace: time.Second}}
 		for i := range 3 {
 			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {

@@ -24,7 +24,6 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/internal/devenv"
-	"github.com/cozystack/computeplane/remote"
 )
 
 // deployerPodRefusal and deployerTokenRefusal are the deployer-credentials policy's
@@ -98,11 +97,11 @@ func TestAttackDeployerRunsAPod(t *testing.T) {
 		"the ReplicaSet controller (an exempt namespace's ServiceAccount)": asUser(t, tenant, "system:serviceaccount:kube-system:replicaset-controller"),
 		"kube-controller-manager": asUser(t, tenant, "system:kube-controller-manager"),
 	} {
-		refusedBy(t, who, c.Create(ctx, compliantPod(ns, remote.DeployerName), dry), deployerPodRefusal)
+		refusedBy(t, who, c.Create(ctx, compliantPod(ns, cpv1.DeployerName), dry), deployerPodRefusal)
 	}
 	// The deprecated alias of serviceAccountName names the same ServiceAccount.
 	legacy := compliantPod(ns, "")
-	legacy.Spec.DeprecatedServiceAccount = remote.DeployerName
+	legacy.Spec.DeprecatedServiceAccount = cpv1.DeployerName
 	refusedBy(t, "the deployer, through spec.serviceAccount", deployer.Create(ctx, legacy, dry), deployerPodRefusal)
 
 	// A chart's own ServiceAccount and its pod are what placement is for.
@@ -137,7 +136,7 @@ func TestAttackDeployerLegacyToken(t *testing.T) {
 		"the deployer (Flux's credential)": deployer,
 		"a plane admin":                    asUser(t, tenant, "plane-admin"),
 	} {
-		if err := c.Create(ctx, token(remote.DeployerName), dry); err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+		if err := c.Create(ctx, token(cpv1.DeployerName), dry); err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
 			t.Errorf("as %s: %v; want a refusal by the plane's policies", who, err)
 		}
 	}
@@ -145,7 +144,7 @@ func TestAttackDeployerLegacyToken(t *testing.T) {
 		"the operator":                         operator,
 		"an exempt namespace's ServiceAccount": asUser(t, tenant, "system:serviceaccount:kube-system:cert-manager"),
 	} {
-		refusedBy(t, who, c.Create(ctx, token(remote.DeployerName), dry), deployerTokenRefusal)
+		refusedBy(t, who, c.Create(ctx, token(cpv1.DeployerName), dry), deployerTokenRefusal)
 	}
 	// A token Secret of another ServiceAccount (which the operator may still create)
 	// cannot be turned into the deployer's.
@@ -153,7 +152,7 @@ func TestAttackDeployerLegacyToken(t *testing.T) {
 	if err := operator.Create(ctx, other); err != nil {
 		t.Fatalf("the operator cannot create another ServiceAccount's token Secret: %v", err)
 	}
-	other.Annotations[corev1.ServiceAccountNameKey] = remote.DeployerName
+	other.Annotations[corev1.ServiceAccountNameKey] = cpv1.DeployerName
 	refusedBy(t, "the operator, renaming a token Secret", operator.Update(ctx, other, dry), deployerTokenRefusal)
 }
 
@@ -169,7 +168,7 @@ func TestAttackDeployerTokenOutlivesTheGate(t *testing.T) {
 	p, tenant := readyRealPlane(t, ctx, newClass("deployer-outlives-"+rand.String(6)), withGroup("workers", medium))
 	key := client.ObjectKeyFromObject(p)
 	admin := operatorClient(t, ctx, p)
-	saKey := client.ObjectKey{Namespace: p.Namespace, Name: remote.DeployerName}
+	saKey := client.ObjectKey{Namespace: p.Namespace, Name: cpv1.DeployerName}
 	sa := &corev1.ServiceAccount{}
 	if err := admin.Get(ctx, saKey, sa); err != nil {
 		t.Fatal(err)
@@ -218,7 +217,7 @@ func TestAttackDeployerTokenOutlivesTheGate(t *testing.T) {
 		if ev.Mutating() {
 			t.Errorf("at rest the operator wrote to the plane: %s %s %s/%s", ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Namespace, ev.ObjectRef.Name)
 		}
-		readDeployer = readDeployer || ev.Verb == "get" && ev.ObjectRef.Resource == "serviceaccounts" && ev.ObjectRef.Name == remote.DeployerName
+		readDeployer = readDeployer || ev.Verb == "get" && ev.ObjectRef.Resource == "serviceaccounts" && ev.ObjectRef.Name == cpv1.DeployerName
 	}
 	if !readDeployer {
 		t.Error("the requested reconcile did not read the deployer: the no-write check above proves nothing")

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/computeplane"
+	"github.com/cozystack/computeplane/controllers/tenancy"
+
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
@@ -30,8 +33,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
-	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/netpol"
 	"github.com/cozystack/computeplane/remote"
@@ -231,7 +232,7 @@ func hardenedPlane(t *testing.T, ctx context.Context) *hardening {
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 
 	return &hardening{tenant: tenant, p: p, key: key, tc: tenant.Client, operator: operatorClient(t, ctx, p),
-		secretKey: client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}, applierSecret: &corev1.Secret{}}
+		secretKey: client.ObjectKey{Namespace: p.Namespace, Name: tenancy.ApplierSecretName(p)}, applierSecret: &corev1.Secret{}}
 }
 
 // TestHardeningOnARealPlane hardens a second, real apiserver through a Kamaji-shaped
@@ -483,7 +484,7 @@ func TestHardeningOnARealPlane(t *testing.T) {
 		// included) writes nothing to the management cluster and emits no event.
 		counting, writes := countingClient(t, reconciler.Client)
 		recorder := events.NewFakeRecorder(10)
-		quiet := &controllers.ComputePlaneReconciler{Client: counting, APIReader: k8s, Addons: reconciler.Addons, Events: recorder,
+		quiet := &computeplane.Reconciler{Client: counting, APIReader: k8s, Addons: reconciler.Addons, Events: recorder,
 			RequeueInterval: time.Minute, TokenLifetime: time.Hour,
 			Planes: &remote.ClusterCache{Scheme: k8s.Scheme(), Timeout: 2 * time.Second, ProbeInterval: 2 * time.Second, Grace: time.Second}}
 		for i := range 2 {
@@ -570,7 +571,7 @@ func TestApplierCredentialLifecycle(t *testing.T) {
 		// Deleted with the operator's own credential, it is recreated and the credential
 		// re-issued: at the next full read (no watch sees those kinds; a reconcile request
 		// forces one).
-		oldApplier := applierSecret.Annotations[cpv1.ApplierUIDAnnotation]
+		oldApplier := applierSecret.Annotations[cpv1.TokenServiceAccountUIDAnnotation]
 		if err := operator.Delete(ctx, applier); err != nil {
 			t.Fatal(err)
 		}
@@ -579,7 +580,7 @@ func TestApplierCredentialLifecycle(t *testing.T) {
 			if err := k8s.Get(ctx, secretKey, applierSecret); err != nil {
 				return err
 			}
-			if applierSecret.Annotations[cpv1.ApplierUIDAnnotation] == oldApplier {
+			if applierSecret.Annotations[cpv1.TokenServiceAccountUIDAnnotation] == oldApplier {
 				return errors.New("credential not re-issued for the new ServiceAccount")
 			}
 			return nil
@@ -647,14 +648,14 @@ func TestUnreachablePlaneClosesTheGate(t *testing.T) {
 		if err := tenant.Stop(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionFalse, controllers.PlaneUnreachableReason))
+		eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionFalse, cpv1.PlaneUnreachableReason))
 		// The placement controller reports the closed gate after it (once).
 		eventually(t, settle, func() error {
 			p := &cpv1.ComputePlane{}
 			if err := k8s.Get(ctx, key, p); err != nil {
 				return err
 			}
-			if c := apimeta.FindStatusCondition(p.Status.Conditions, cpv1.PlacementOpenCondition); c == nil || !strings.Contains(c.Message, controllers.PlaneUnreachableReason) {
+			if c := apimeta.FindStatusCondition(p.Status.Conditions, cpv1.PlacementOpenCondition); c == nil || !strings.Contains(c.Message, cpv1.PlaneUnreachableReason) {
 				return fmt.Errorf("PlacementOpen = %+v", c)
 			}
 			return nil

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/computeplane"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -22,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 )
 
@@ -343,7 +344,7 @@ func TestClusterAutoscalerWhileAGroupAutoscales(t *testing.T) {
 	})
 
 	// The operator took its rights on the autoscaler in this namespace only.
-	managerBinding := client.ObjectKey{Namespace: infra, Name: controllers.AutoscalerManagerRole}
+	managerBinding := client.ObjectKey{Namespace: infra, Name: computeplane.AutoscalerManagerRole}
 	if err := k8s.Get(ctx, managerBinding, &rbacv1.RoleBinding{}); err != nil {
 		t.Errorf("the operator's RoleBinding %s: %v", managerBinding, err)
 	}

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/placement"
+	"github.com/cozystack/computeplane/controllers/tenancy"
+
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"github.com/fluxcd/pkg/apis/meta"
 	corev1 "k8s.io/api/core/v1"
@@ -22,8 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
-	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 )
 
@@ -58,7 +59,7 @@ func TestPlacementRoutedAtAdmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	kc := hr.Spec.KubeConfig
-	if kc == nil || kc.SecretRef == nil || kc.SecretRef.Name != render.ApplierSecretName(p) || kc.SecretRef.Key != "value" ||
+	if kc == nil || kc.SecretRef == nil || kc.SecretRef.Name != tenancy.ApplierSecretName(p) || kc.SecretRef.Key != "value" ||
 		hr.Spec.ServiceAccountName != "computeplane-deployer" || hr.Spec.TargetNamespace != p.Namespace ||
 		hr.Spec.StorageNamespace != p.Namespace || hr.Spec.Install == nil || hr.Spec.Install.CreateNamespace ||
 		!controllerutil.ContainsFinalizer(hr, cpv1.PlacementFinalizer) {
@@ -90,7 +91,7 @@ func TestPlacementRefusals(t *testing.T) {
 	defer cancel()
 	p := planeWithClass(t, ctx, newClass("refuse-"+rand.String(6)), func(p *cpv1.ComputePlane) { p.Spec.PlacementNamespaces = []string{"notebooks"} })
 	ns := p.Namespace
-	secret := render.ApplierSecretName(p)
+	secret := tenancy.ApplierSecretName(p)
 	cases := []struct {
 		name string
 		hr   *helmv2.HelmRelease
@@ -212,7 +213,7 @@ func TestPlacementNeverStoredUnrouted(t *testing.T) {
 				continue
 			}
 			seen[hr.Name] = true
-			if kc := hr.Spec.KubeConfig; kc == nil || kc.SecretRef == nil || kc.SecretRef.Name != render.ApplierSecretName(p) ||
+			if kc := hr.Spec.KubeConfig; kc == nil || kc.SecretRef == nil || kc.SecretRef.Name != tenancy.ApplierSecretName(p) ||
 				hr.Spec.ServiceAccountName == "" || hr.Spec.TargetNamespace == "" {
 				t.Errorf("%s event for %s without routing: %+v", ev.Type, hr.Name, hr.Spec)
 			}
@@ -240,7 +241,7 @@ func TestPlacementHeldThenRouted(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, settle, placementIs(ctx, key, metav1.ConditionFalse, cpv1.HeldReason, cpv1.PlacementCounts{Held: 1}))
-	eventually(t, settle, releaseEvent(ctx, hr, controllers.PlacementHeldReason, "Flux applies it into the plane as soon as the plane is Ready"))
+	eventually(t, settle, releaseEvent(ctx, hr, placement.HeldReason, "Flux applies it into the plane as soon as the plane is Ready"))
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(hr), hr); err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +297,7 @@ func TestPlacementDeletionWaitsForUninstall(t *testing.T) {
 		return nil
 	})
 	eventually(t, settle, placementIs(ctx, key, metav1.ConditionFalse, cpv1.HeldReason, cpv1.PlacementCounts{Uninstalling: 2}))
-	eventually(t, settle, releaseEvent(ctx, installed, controllers.PlacementUninstallHeldReason, "its objects keep running in the plane until the plane is Ready again"))
+	eventually(t, settle, releaseEvent(ctx, installed, placement.UninstallHeldReason, "its objects keep running in the plane until the plane is Ready again"))
 	time.Sleep(time.Second)
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(installed), installed); err != nil {
 		t.Fatalf("a deleted release went before it was uninstalled: %v", err)
@@ -436,5 +437,5 @@ func TestPlacementReleaseOutlivesItsPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, settle, releaseGone(ctx, installed))
-	eventually(t, settle, releaseEvent(ctx, installed, controllers.PlacementNothingToUninstallReason, "no plane is left for Flux to uninstall it from"))
+	eventually(t, settle, releaseEvent(ctx, installed, placement.NothingToUninstallReason, "no plane is left for Flux to uninstall it from"))
 }

@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/remote"
 )
 
 func setPlacementNamespaces(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, names ...string) {
@@ -33,7 +32,7 @@ func setPlacementNamespaces(t *testing.T, ctx context.Context, p *cpv1.ComputePl
 
 // deployerBound says whether the deployer's Role or RoleBinding exists in ns.
 func deployerBound(ctx context.Context, c client.Client, ns string) (bool, error) {
-	key := client.ObjectKey{Namespace: ns, Name: remote.DeployerName}
+	key := client.ObjectKey{Namespace: ns, Name: cpv1.DeployerName}
 	for _, o := range []client.Object{&rbacv1.RoleBinding{}, &rbacv1.Role{}} {
 		switch err := c.Get(ctx, key, o); {
 		case err == nil:
@@ -112,8 +111,8 @@ func TestPlacementNamespaceRemovedUnbindsTheDeployer(t *testing.T) {
 	setPlacementNamespaces(t, ctx, p)
 	eventually(t, settle, func() error {
 		for _, o := range []client.Object{&rbacv1.RoleBinding{}, &rbacv1.Role{}} {
-			if err := tenant.Client.Get(ctx, client.ObjectKey{Namespace: "notebooks", Name: remote.DeployerName}, o); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("%T %s still in notebooks (err=%v)", o, remote.DeployerName, err)
+			if err := tenant.Client.Get(ctx, client.ObjectKey{Namespace: "notebooks", Name: cpv1.DeployerName}, o); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%T %s still in notebooks (err=%v)", o, cpv1.DeployerName, err)
 			}
 		}
 		return nil

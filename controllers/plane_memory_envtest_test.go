@@ -9,8 +9,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/cozystack/computeplane/controllers"
 )
 
 // TestDeletedPlaneLeavesNothingBehind: a plane that put something in the reconciler's
@@ -28,7 +26,7 @@ func TestDeletedPlaneLeavesNothingBehind(t *testing.T) {
 	eventually(t, settle, grantsAre(ctx, p, "postgres"))
 	want := []string{"plane connection", "plane state", "verified stages, drift series, grants hash", "admin credential", "applier digest"}
 	eventually(t, settle, func() error {
-		got := controllers.RemembersForTest(reconciler, key)
+		got := reconciler.Remembers(key)
 		for _, w := range want {
 			if !slices.Contains(got, w) {
 				return fmt.Errorf("a Ready plane with a grant is remembered in %v, not yet in %s", got, w)
@@ -42,7 +40,7 @@ func TestDeletedPlaneLeavesNothingBehind(t *testing.T) {
 	}
 	eventually(t, settle, planeGone(ctx, key))
 	eventually(t, settle, func() error {
-		if got := controllers.RemembersForTest(reconciler, key); len(got) > 0 {
+		if got := reconciler.Remembers(key); len(got) > 0 {
 			return fmt.Errorf("the deleted plane is still remembered in %v", got)
 		}
 		return nil

@@ -30,7 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 )
 
@@ -80,7 +79,7 @@ func TestProvisioningRendersTheGraph(t *testing.T) {
 				t.Fatal(err)
 			}
 			key := client.ObjectKeyFromObject(p)
-			eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
+			eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, cpv1.WaitingForInfrastructureReason))
 			infra := infraOf(p)
 			got := &cpv1.ComputePlane{}
 			if err := k8s.Get(ctx, key, got); err != nil {
@@ -158,7 +157,7 @@ func TestProvisioningReadinessWalk(t *testing.T) {
 			return nil
 		})
 	}
-	provisioned(metav1.ConditionFalse, controllers.WaitingForInfrastructureReason, "KubevirtCluster plane is not ready")
+	provisioned(metav1.ConditionFalse, cpv1.WaitingForInfrastructureReason, "KubevirtCluster plane is not ready")
 
 	// CAPI mirrors the KubevirtCluster's readiness onto the Cluster.
 	cluster := &clusterv1.Cluster{}
@@ -166,9 +165,9 @@ func TestProvisioningReadinessWalk(t *testing.T) {
 		t.Fatal(err)
 	}
 	setClusterCondition(ctx, t, cluster, clusterv1.ClusterInfrastructureReadyCondition, metav1.ConditionFalse, "WaitingForVMs", "0 of 1 VMs")
-	provisioned(metav1.ConditionFalse, controllers.WaitingForInfrastructureReason, "0 of 1 VMs")
+	provisioned(metav1.ConditionFalse, cpv1.WaitingForInfrastructureReason, "0 of 1 VMs")
 	setClusterCondition(ctx, t, cluster, clusterv1.ClusterInfrastructureReadyCondition, metav1.ConditionTrue, "Ready", "")
-	provisioned(metav1.ConditionFalse, controllers.WaitingForControlPlaneReason, "has not created TenantControlPlane plane")
+	provisioned(metav1.ConditionFalse, cpv1.WaitingForControlPlaneReason, "has not created TenantControlPlane plane")
 
 	// Kamaji's CAPI provider creates the TenantControlPlane; Kamaji reports it.
 	tcp := newTCP(infra, "plane")
@@ -179,31 +178,31 @@ func TestProvisioningReadinessWalk(t *testing.T) {
 	if err := k8s.Status().Update(ctx, tcp); err != nil {
 		t.Fatal(err)
 	}
-	provisioned(metav1.ConditionFalse, controllers.WaitingForControlPlaneReason, "TenantControlPlane plane is Provisioning")
+	provisioned(metav1.ConditionFalse, cpv1.WaitingForControlPlaneReason, "TenantControlPlane plane is Provisioning")
 
 	tcp.Status.Kubernetes.Version.Status = ptr.To(kamajiv1alpha1.VersionReady)
 	tcp.Status.ControlPlaneEndpoint = "10.96.0.10:6443"
 	if err := k8s.Status().Update(ctx, tcp); err != nil {
 		t.Fatal(err)
 	}
-	provisioned(metav1.ConditionFalse, controllers.WaitingForControlPlaneReason, "does not report the control plane of Cluster plane initialized")
+	provisioned(metav1.ConditionFalse, cpv1.WaitingForControlPlaneReason, "does not report the control plane of Cluster plane initialized")
 
 	// Kamaji's CAPI provider marks the control plane initialized; CAPI mirrors it.
 	setClusterCondition(ctx, t, cluster, clusterv1.ClusterControlPlaneInitializedCondition, metav1.ConditionTrue, "Initialized", "")
-	provisioned(metav1.ConditionFalse, controllers.WaitingForKubeconfigReason, "names no admin kubeconfig Secret")
+	provisioned(metav1.ConditionFalse, cpv1.WaitingForKubeconfigReason, "names no admin kubeconfig Secret")
 
 	tcp.Status.KubeConfig.Admin.SecretName = "plane-admin-kubeconfig"
 	if err := k8s.Status().Update(ctx, tcp); err != nil {
 		t.Fatal(err)
 	}
-	provisioned(metav1.ConditionFalse, controllers.WaitingForKubeconfigReason, "does not exist yet")
+	provisioned(metav1.ConditionFalse, cpv1.WaitingForKubeconfigReason, "does not exist yet")
 
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: infra, Name: "plane-admin-kubeconfig"},
 		Data: map[string][]byte{"super-admin.svc": []byte("not a kubeconfig: [")}}
 	if err := k8s.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	provisioned(metav1.ConditionFalse, controllers.KubeconfigUnusableReason, "is not a kubeconfig")
+	provisioned(metav1.ConditionFalse, cpv1.KubeconfigUnusableReason, "is not a kubeconfig")
 
 	// Whoever can write the Secret cannot make the operator send anything (least of all
 	// its own ServiceAccount token, through tokenFile) anywhere, run a program, or trust
@@ -237,7 +236,7 @@ func TestProvisioningReadinessWalk(t *testing.T) {
 		if err := k8s.Update(ctx, secret); err != nil {
 			t.Fatal(err)
 		}
-		provisioned(metav1.ConditionFalse, controllers.KubeconfigUnusableReason, attack.want)
+		provisioned(metav1.ConditionFalse, cpv1.KubeconfigUnusableReason, attack.want)
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
 			t.Fatal(err)
 		}
@@ -262,8 +261,8 @@ func TestProvisioningReadinessWalk(t *testing.T) {
 		t.Errorf("endpoint/version = %q/%q", got.Status.Endpoint, got.Status.Version)
 	}
 	// Hardening is next; nothing answers at that address, so the gate stays closed.
-	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionFalse, controllers.PlaneUnreachableReason))
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionFalse, controllers.PlaneUnreachableReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.PodSecurityCondition, metav1.ConditionFalse, cpv1.PlaneUnreachableReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionFalse, cpv1.PlaneUnreachableReason))
 
 	// Upgrade: the control plane moves first; workers wait until Kamaji reports it Ready.
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(class), class); err != nil {
@@ -347,7 +346,7 @@ func TestNodeGroupUpdates(t *testing.T) {
 
 	// A MachineSet still runs machines from the first template.
 	ms := &clusterv1.MachineSet{ObjectMeta: metav1.ObjectMeta{Namespace: infra, Name: "plane-workers-abc",
-		Labels: map[string]string{render.ClusterNameLabel: "plane"}},
+		Labels: map[string]string{cpv1.ClusterNameLabel: "plane"}},
 		Spec: clusterv1.MachineSetSpec{ClusterName: "plane",
 			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"set": "abc"}},
 			Template: clusterv1.MachineTemplateSpec{ObjectMeta: clusterv1.ObjectMeta{Labels: map[string]string{"set": "abc"}},
@@ -448,7 +447,7 @@ func TestDeletionWaitsForClusterAPI(t *testing.T) {
 	p := planeWithClass(t, ctx, class, withGroup("workers", medium))
 	key := client.ObjectKeyFromObject(p)
 	infra := infraOf(p)
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, cpv1.WaitingForInfrastructureReason))
 
 	// Cluster API's finalizer on the Cluster, as its controller would add.
 	cluster := &clusterv1.Cluster{}
@@ -531,7 +530,7 @@ func TestInfrastructureNamespaceLabelsRestored(t *testing.T) {
 	defer cancel()
 	p := planeWithClass(t, ctx, newClass("infra-labels-"+rand.String(6)))
 	key := client.ObjectKeyFromObject(p)
-	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, controllers.WaitingForInfrastructureReason))
+	eventually(t, settle, conditionIs(ctx, key, cpv1.ProvisionedCondition, metav1.ConditionFalse, cpv1.WaitingForInfrastructureReason))
 	nsKey := client.ObjectKey{Name: infraOf(p)}
 	ns := &corev1.Namespace{}
 	if err := k8s.Get(ctx, nsKey, ns); err != nil {

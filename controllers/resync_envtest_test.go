@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/tenancy"
+
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -15,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 )
 
@@ -92,7 +93,7 @@ func TestQuietPlaneIsOnlyProbed(t *testing.T) {
 			continue // the admin credential: Secrets are never cached
 		}
 		if ev.Verb == "get" && ev.ObjectRef.Resource == "secrets" && ev.ObjectRef.Namespace == p.Namespace &&
-			ev.ObjectRef.Name == render.ApplierSecretName(p) {
+			ev.ObjectRef.Name == tenancy.ApplierSecretName(p) {
 			continue // the applier Secret: the tenant may write it and no watch reports it
 		}
 		if ev.ObjectRef.Resource == "events" {

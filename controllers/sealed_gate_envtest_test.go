@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/placement"
+	"github.com/cozystack/computeplane/controllers/tenancy"
+
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"github.com/fluxcd/pkg/apis/meta"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -17,8 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
-	"github.com/cozystack/computeplane/controllers/render"
 )
 
 var fluxRolesOnce sync.Once
@@ -78,7 +79,7 @@ func TestAttackFluxObjectsNameThePlanesCredential(t *testing.T) {
 	defer cancel()
 	p := planeWithClass(t, ctx, newClass("creds-"+rand.String(6)))
 	ns := p.Namespace
-	secret := render.ApplierSecretName(p)
+	secret := tenancy.ApplierSecretName(p)
 	tenant := fluxTenant(t, ctx, ns, "mallory")
 	applier := &meta.KubeConfigReference{SecretRef: &meta.SecretKeyReference{Name: secret, Key: "value"}}
 	fromCredential := []helmv2.ValuesReference{{Kind: "Secret", Name: secret, ValuesKey: "value"}}
@@ -235,7 +236,7 @@ func TestPlacementSourceTakenAwayIsSuspended(t *testing.T) {
 
 	setSources(nil)
 	eventually(t, settle, suspended(true))
-	eventually(t, settle, releaseEvent(ctx, hr, controllers.PlacementNotRoutedReason, "spec.chartRef.namespace: Unsupported value"))
+	eventually(t, settle, releaseEvent(ctx, hr, placement.NotRoutedReason, "spec.chartRef.namespace: Unsupported value"))
 	if err := tenant.Get(ctx, client.ObjectKeyFromObject(hr), hr); err != nil {
 		t.Fatal(err)
 	}

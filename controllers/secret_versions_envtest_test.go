@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/internal/devenv"
 )
 
@@ -68,7 +67,7 @@ func TestSecretsReadOncePerVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	patch = client.MergeFrom(live.DeepCopy())
-	live.Data[controllers.ApplierKubeconfigKey] = []byte("apiVersion: v1\nkind: Config\n")
+	live.Data[cpv1.ApplierKubeconfigKey] = []byte("apiVersion: v1\nkind: Config\n")
 	if err := k8s.Patch(ctx, live, patch); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +76,7 @@ func TestSecretsReadOncePerVersion(t *testing.T) {
 		if err := k8s.Get(ctx, applier, live); err != nil {
 			return err
 		}
-		if live.ResourceVersion == edited || string(live.Data[controllers.ApplierKubeconfigKey]) == "apiVersion: v1\nkind: Config\n" {
+		if live.ResourceVersion == edited || string(live.Data[cpv1.ApplierKubeconfigKey]) == "apiVersion: v1\nkind: Config\n" {
 			return fmt.Errorf("the edited applier Secret is still as edited")
 		}
 		return nil

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/computeplane"
+
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/internal/devenv"
 )
 
@@ -62,7 +63,7 @@ func TestSecretRightsOnlyWhereNeeded(t *testing.T) {
 
 	// A tenant admin removes the binding: the next Secret request puts it back.
 	binding := &rbacv1.RoleBinding{}
-	bkey := client.ObjectKey{Namespace: p.Namespace, Name: controllers.SecretsBinding}
+	bkey := client.ObjectKey{Namespace: p.Namespace, Name: computeplane.SecretsBinding}
 	if err := k8s.Get(ctx, bkey, binding); err != nil {
 		t.Fatal(err)
 	}
@@ -158,5 +159,5 @@ func TestSecretRightsOnlyWhereNeeded(t *testing.T) {
 }
 
 func bindingMeta(namespace string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Namespace: namespace, Name: controllers.SecretsBinding}
+	return metav1.ObjectMeta{Namespace: namespace, Name: computeplane.SecretsBinding}
 }

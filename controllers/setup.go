@@ -1,3 +1,8 @@
+// Package controllers wires the operator's controllers into a manager: the ComputePlane
+// controller (controllers/computeplane), the placement controller (controllers/placement)
+// and their webhooks, the indexes and informers they share, and the metrics endpoint.
+// The two controllers never import each other: they meet through the API (each writes
+// its own part of a ComputePlane's status) and the rules of controllers/tenancy.
 package controllers
 
 import (
@@ -6,8 +11,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 
-	"github.com/cozystack/computeplane/controllers/render"
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers/computeplane"
+	"github.com/cozystack/computeplane/controllers/placement"
+	"github.com/cozystack/computeplane/controllers/tenancy"
 	"github.com/cozystack/computeplane/remote"
 )
 
@@ -24,7 +34,7 @@ type Options struct {
 	// PlanePassTimeout bounds one reconcile pass of a plane (zero: unbounded).
 	PlanePassTimeout time.Duration
 	// CapabilityLabel is the discovery beacon's key on a Ready plane's namespace (empty:
-	// none; CheckCapabilityLabel says which keys are allowed).
+	// none; computeplane.CheckCapabilityLabel says which keys are allowed).
 	CapabilityLabel string
 	// PlaneUnreachableGrace is how long a plane may not answer before its conditions
 	// say so (a blip does not close the gate visibly; it never opens it either).
@@ -37,19 +47,33 @@ type Options struct {
 	// in full, every RequeueInterval).
 	PlaneResyncInterval time.Duration
 	// Shard is the set of planes this manager reconciles (zero: all).
-	Shard Shard
+	Shard tenancy.Shard
+}
+
+// SetupOptions are the manager flags that shape the controllers.
+type SetupOptions struct {
+	controller.Options
+	// ReconcileRequests makes a change of the reconcile.fluxcd.io/requestedAt annotation
+	// trigger a reconcile of a ComputePlane, as Flux's objects do.
+	ReconcileRequests bool
 }
 
 // LeaderElectionID names the Lease the manager's replicas elect their leader with.
 const LeaderElectionID = "computeplane-operator.computeplane.cozystack.io"
 
-// Setup registers every controller and webhook with the manager, and returns the
-// ComputePlane reconciler (tests look into its plane cache).
-func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*ComputePlaneReconciler, error) {
+// Setup registers the shared indexes, every controller and webhook with the manager,
+// and returns the ComputePlane reconciler (tests look into its plane cache).
+func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*computeplane.Reconciler, error) {
+	for _, ix := range tenancy.Indexes() {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, &cpv1.ComputePlane{}, ix.Field,
+			func(obj client.Object) []string { return ix.Extract(obj.(*cpv1.ComputePlane)) }); err != nil {
+			return nil, err
+		}
+	}
 	if o.ApplierTokenLifetime == 0 {
 		o.ApplierTokenLifetime = time.Hour
 	}
-	r := &ComputePlaneReconciler{
+	r := &computeplane.Reconciler{
 		Client:          mgr.GetClient(),
 		APIReader:       mgr.GetAPIReader(),
 		Events:          mgr.GetEventRecorder("computeplane-controller"),
@@ -68,29 +92,26 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*ComputePlaneRecon
 			HealthInterval: o.RequeueInterval,
 			// Inside a plane only what the operator labelled is cached (and every
 			// namespace): the tenant does not decide the operator's memory.
-			WatchSelector: labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue}),
-			OnWatchEvent: func(resource, event string) {
-				planeWatchEvents.WithLabelValues(resource, event).Inc()
-			},
-			Log: mgr.GetLogger().WithName("planes"),
+			WatchSelector: labels.SelectorFromSet(labels.Set{cpv1.ManagedByLabel: cpv1.ManagedByValue}),
+			OnWatchEvent:  computeplane.CountPlaneWatchEvent,
+			Log:           mgr.GetLogger().WithName("planes"),
 		},
 	}
 	if err := mgr.Add(r.Planes); err != nil {
 		return nil, err
 	}
-	fleet.use(mgr.GetClient(), r.Planes, o.Shard)
-	if err := r.SetupWithManager(ctx, mgr, o.Setup); err != nil {
+	if err := r.SetupWithManager(mgr, o.Setup.Options, o.Setup.ReconcileRequests); err != nil {
 		return nil, err
 	}
-	placement := &PlacementReconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("computeplane-placement"), Shard: o.Shard}
-	if err := placement.SetupWithManager(mgr, o.Setup.Options); err != nil {
+	pl := &placement.Reconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("computeplane-placement"), Shard: o.Shard}
+	if err := pl.SetupWithManager(mgr, o.Setup.Options); err != nil {
 		return nil, err
 	}
 	if o.Webhooks {
-		if err := (&ComputePlaneValidator{Reader: mgr.GetAPIReader()}).SetupWebhookWithManager(mgr); err != nil {
+		if err := (&computeplane.Validator{Reader: mgr.GetAPIReader()}).SetupWebhookWithManager(mgr); err != nil {
 			return nil, err
 		}
-		(&PlacementWebhook{Reader: mgr.GetAPIReader(), Cache: mgr.GetClient()}).SetupWithManager(mgr)
+		(&placement.Webhook{Reader: mgr.GetAPIReader(), Cache: mgr.GetClient()}).SetupWithManager(mgr)
 	}
 	return r, nil
 }

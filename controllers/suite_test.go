@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/test/testkit"
+
+	"github.com/cozystack/computeplane/controllers/computeplane"
+
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -29,7 +33,7 @@ var (
 	mgmt *devenv.Cluster
 	k8s  client.Client
 	// reconciler is the running ComputePlane reconciler (tests look into its plane cache).
-	reconciler *controllers.ComputePlaneReconciler
+	reconciler *computeplane.Reconciler
 	// metricsAddr is where the manager serves /metrics, as the shipped manager does
 	// (HTTPS, authenticated and authorized by the management apiserver).
 	metricsAddr string
@@ -92,7 +96,7 @@ func runSuite(m *testing.M) int {
 }
 
 // eventually polls f until it returns nil, failing the test with f's last error.
-var eventually = devenv.Eventually
+var eventually = testkit.Eventually
 
 // conditionIs returns a check that plane's condition t has status s and reason.
 func conditionIs(ctx context.Context, key client.ObjectKey, t string, s metav1.ConditionStatus, reason string) func() error {
@@ -110,4 +114,14 @@ func conditionIs(ctx context.Context, key client.ObjectKey, t string, s metav1.C
 		}
 		return nil
 	}
+}
+
+// mustWatchClient is a client of the management apiserver that reads around every cache.
+func mustWatchClient(t *testing.T) client.WithWatch {
+	t.Helper()
+	c, err := client.NewWithWatch(mgmt.Config, client.Options{Scheme: k8s.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

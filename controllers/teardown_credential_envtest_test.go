@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 )
 
 // installedRelease creates a placement release in the plane's namespace and records it
@@ -121,7 +120,7 @@ func TestAttackUnservedShardKeepsTheCredential(t *testing.T) {
 	p, _ := readyPlane(t, ctx, class)
 	key := client.ObjectKeyFromObject(p)
 	hr := installedRelease(t, ctx, p, "app", func(hr *helmv2.HelmRelease) {
-		hr.Labels[controllers.ShardKeyLabel] = "nobody"
+		hr.Labels[cpv1.ShardKeyLabel] = "nobody"
 		// As Flux had added it when it installed the release.
 		hr.Finalizers = []string{helmv2.HelmReleaseFinalizer}
 	})
@@ -135,7 +134,7 @@ func TestAttackUnservedShardKeepsTheCredential(t *testing.T) {
 			return err
 		}
 		c := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.StalledCondition)
-		if c == nil || c.Reason != cpv1.UninstallTimedOutReason || !strings.Contains(c.Message, controllers.ShardKeyLabel+"=nobody") {
+		if c == nil || c.Reason != cpv1.UninstallTimedOutReason || !strings.Contains(c.Message, cpv1.ShardKeyLabel+"=nobody") {
 			return fmt.Errorf("Stalled = %+v", c)
 		}
 		if apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReconcilingCondition) != nil {

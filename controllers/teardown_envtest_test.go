@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -20,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/controllers"
 )
 
 // platformOperator is a user bound to the platform roles config/default installs
@@ -214,27 +212,6 @@ func TestTeardownWhileTheNamespaceGoes(t *testing.T) {
 	}
 	eventually(t, settle, releaseGone(ctx, hr))
 	eventually(t, settle, planeGone(ctx, key))
-}
-
-// TestTeardownReleasesAFinalizerAddedAfterTheList: the placement controller adds its
-// finalizer to a new release a moment after it is created, so the teardown's list can
-// hold the release without it while the API server already has it. The release must go
-// all the same: a release left with the finalizer, once its plane is gone, would keep
-// it (and its namespace) for good.
-func TestTeardownReleasesAFinalizerAddedAfterTheList(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p := planeWithClass(t, ctx, newClass("late-"+rand.String(6)))
-	// Flux installed it, so the placement controller keeps its finalizer until Flux
-	// has uninstalled it; the teardown's list caught it before that finalizer.
-	hr := installedRelease(t, ctx, p, "late")
-	listed := *hr.DeepCopy()
-	listed.Finalizers = nil
-	r := &controllers.ComputePlaneReconciler{Client: reconciler.Client, APIReader: reconciler.APIReader}
-	if _, err := controllers.ReleasePlacementFinalizersForTest(ctx, r, []helmv2.HelmRelease{listed}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, settle, releaseGone(ctx, hr))
 }
 
 func mustSecret(t *testing.T, ctx context.Context, key client.ObjectKey) *corev1.Secret {

@@ -12,6 +12,8 @@ import (
 	slim_metav1 "github.com/cilium/cilium/pkg/k8s/slim/k8s/apis/meta/v1"
 	"github.com/cilium/cilium/pkg/policy/api"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
 
 // Ports of a Kamaji control plane the plane's nodes must reach: the API server and the
@@ -20,7 +22,6 @@ const (
 	APIServerPort    = "6443"
 	KonnectivityPort = "8132"
 	namespaceLabel   = "k8s:io.kubernetes.pod.namespace"
-	kamajiNameLabel  = "kamaji.clastix.io/name"
 	// DefaultDenyName names the always-on policy of an infrastructure namespace.
 	DefaultDenyName = "computeplane-default-deny"
 	// VirtLauncherLabel and VirtLauncherValue are how KubeVirt labels every VM's pod.
@@ -79,7 +80,7 @@ func BaselinePolicy(b Baseline) *ciliumv2.CiliumNetworkPolicy {
 		},
 		{
 			EgressCommonRule: api.EgressCommonRule{ToEndpoints: []api.EndpointSelector{
-				selector(map[string]string{namespaceLabel: b.Namespace, "k8s:" + kamajiNameLabel: b.ControlPlane}),
+				selector(map[string]string{namespaceLabel: b.Namespace, "k8s:" + cpv1.KamajiNameLabel: b.ControlPlane}),
 			}},
 			ToPorts: api.PortRules{{Ports: []api.PortProtocol{
 				{Port: APIServerPort, Protocol: api.ProtoTCP}, {Port: KonnectivityPort, Protocol: api.ProtoTCP},

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+
+	"github.com/cozystack/computeplane/remote/posture"
+
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -37,19 +41,19 @@ func TestIdentitiesMatrix(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := plane.Client
-	for _, ns := range []string{"tenant-a", "notebooks", "other", remote.ApplierNamespace} {
+	for _, ns := range []string{"tenant-a", "notebooks", "other", posture.ApplierNamespace} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, obj := range remote.Identities([]string{"tenant-a"}, []string{"tenant-a", "notebooks"}, false, map[string]string{"app.kubernetes.io/managed-by": "computeplane-operator"}) {
+	for _, obj := range posture.Identities([]string{"tenant-a"}, []string{"tenant-a", "notebooks"}, false, map[string]string{"app.kubernetes.io/managed-by": "computeplane-operator"}) {
 		if err := c.Create(ctx, obj); err != nil && !strings.Contains(err.Error(), "already exists") {
 			t.Fatalf("%s %s: %v", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
 		}
 	}
 
-	deployer := "system:serviceaccount:tenant-a:" + remote.DeployerName
-	applier := "system:serviceaccount:" + remote.ApplierNamespace + ":" + remote.ApplierName
+	deployer := "system:serviceaccount:tenant-a:" + cpv1.DeployerName
+	applier := "system:serviceaccount:" + posture.ApplierNamespace + ":" + posture.ApplierName
 	matrix := map[string][]access{
 		deployer: {
 			{"create", "apps", "deployments", "", "notebooks", "", true},
@@ -65,7 +69,7 @@ func TestIdentitiesMatrix(t *testing.T) {
 			{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", "", false},
 			{"escalate", "rbac.authorization.k8s.io", "roles", "", "notebooks", "", false},
 			{"bind", "rbac.authorization.k8s.io", "roles", "", "notebooks", "", false},
-			{"impersonate", "", "serviceaccounts", "", "tenant-a", remote.DeployerName, false},
+			{"impersonate", "", "serviceaccounts", "", "tenant-a", cpv1.DeployerName, false},
 			{"impersonate", "", "users", "", "", "admin", false},
 			{"create", "", "pods", "exec", "notebooks", "", false},
 			{"create", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", "", false},
@@ -73,9 +77,9 @@ func TestIdentitiesMatrix(t *testing.T) {
 			{"patch", "", "namespaces", "", "", "notebooks", false},
 		},
 		applier: {
-			{"impersonate", "", "serviceaccounts", "", "tenant-a", remote.DeployerName, true},
+			{"impersonate", "", "serviceaccounts", "", "tenant-a", cpv1.DeployerName, true},
 			{"impersonate", "", "serviceaccounts", "", "tenant-a", "default", false},
-			{"impersonate", "", "serviceaccounts", "", "notebooks", remote.DeployerName, false},
+			{"impersonate", "", "serviceaccounts", "", "notebooks", cpv1.DeployerName, false},
 			{"impersonate", "", "users", "", "", "admin", false},
 			{"impersonate", "", "groups", "", "", "system:masters", false},
 			{"get", "", "secrets", "", "tenant-a", "", false},
@@ -146,10 +150,10 @@ func TestDeployerRulesPodExecOnlyWhenAllowed(t *testing.T) {
 		}
 		return false
 	}
-	if has(remote.DeployerRules(false)) || !has(remote.DeployerRules(true)) {
+	if has(posture.DeployerRules(false)) || !has(posture.DeployerRules(true)) {
 		t.Error("pods/exec must be granted exactly when the class allows it")
 	}
-	for _, r := range remote.DeployerRules(true) {
+	for _, r := range posture.DeployerRules(true) {
 		for _, v := range r.Verbs {
 			if v == "escalate" || v == "bind" || v == "impersonate" || v == "*" {
 				t.Errorf("deployer rule grants %q: %+v", v, r)
@@ -173,12 +177,12 @@ func TestRevokeApplierKillsCopiedTokens(t *testing.T) {
 	defer cancel()
 	c := plane.Client
 	labels := map[string]string{"computeplane.cozystack.io/uid": "u1"}
-	for _, ns := range []string{"tenant-a", remote.ApplierNamespace} {
+	for _, ns := range []string{"tenant-a", posture.ApplierNamespace} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, obj := range remote.Identities([]string{"tenant-a"}, []string{"tenant-a"}, false, labels) {
+	for _, obj := range posture.Identities([]string{"tenant-a"}, []string{"tenant-a"}, false, labels) {
 		if err := c.Create(ctx, obj); err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +193,7 @@ func TestRevokeApplierKillsCopiedTokens(t *testing.T) {
 	}
 	cfg := rest.CopyConfig(plane.Config)
 	cfg.CertData, cfg.KeyData, cfg.BearerToken = nil, nil, token.Token
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:tenant-a:" + remote.DeployerName}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:tenant-a:" + cpv1.DeployerName}
 	copied, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +206,7 @@ func TestRevokeApplierKillsCopiedTokens(t *testing.T) {
 	}
 	// A token of the deployer itself (a plane admin may request one).
 	deployerSA := &corev1.ServiceAccount{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "tenant-a", Name: remote.DeployerName}, deployerSA); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "tenant-a", Name: cpv1.DeployerName}, deployerSA); err != nil {
 		t.Fatal(err)
 	}
 	tr := &authenticationv1.TokenRequest{}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cozystack/computeplane/remote/posture"
+
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metascheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
@@ -554,7 +556,7 @@ func (c *ClusterCache) build(key types.NamespacedName, cred *AdminCredential) (*
 		return nil, err
 	}
 	canaryCfg := rest.CopyConfig(cfg)
-	canaryCfg.Impersonate = rest.ImpersonationConfig{UserName: CanaryUser, Groups: []string{"system:masters"}}
+	canaryCfg.Impersonate = rest.ImpersonationConfig{UserName: posture.CanaryUser, Groups: []string{"system:masters"}}
 	canaryHTTP, err := httpClientFor(canaryCfg, reads)
 	if err != nil {
 		return nil, err

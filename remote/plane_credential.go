@@ -3,7 +3,12 @@ package remote
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+
+	"github.com/cozystack/computeplane/remote/posture"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,7 +34,7 @@ type ApplierToken struct {
 // IssueApplierToken asks the plane's TokenRequest API for a token of the applier with
 // a bounded lifetime.
 func IssueApplierToken(ctx context.Context, c client.Client, lifetime time.Duration) (*ApplierToken, error) {
-	return IssueToken(ctx, c, client.ObjectKey{Namespace: ApplierNamespace, Name: ApplierName}, lifetime)
+	return IssueToken(ctx, c, client.ObjectKey{Namespace: posture.ApplierNamespace, Name: posture.ApplierName}, lifetime)
 }
 
 // IssueToken asks the plane's TokenRequest API for a token of the ServiceAccount
@@ -52,7 +57,7 @@ func IssueToken(ctx context.Context, c client.Client, account client.ObjectKey, 
 // from the verified admin credential (its in-cluster .svc address, which Flux reaches),
 // the applier's token as the only credential.
 func ApplierKubeconfig(admin *AdminCredential, token string) ([]byte, error) {
-	return TokenKubeconfig(admin, ApplierName, token)
+	return TokenKubeconfig(admin, posture.ApplierName, token)
 }
 
 // TokenKubeconfig is a kubeconfig for user: the plane's server and CA taken from the
@@ -99,16 +104,16 @@ func revokedObjects(deployerNamespaces []string) []client.Object {
 		o.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
 		return o
 	}
-	namespaces := sorted(deployerNamespaces)
+	namespaces := slices.Sorted(slices.Values(deployerNamespaces))
 	var objs []client.Object
 	for _, ns := range namespaces {
-		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ApplierName}}
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: posture.ApplierName}}
 		binding.SetGroupVersionKind(rbacv1.SchemeGroupVersion.WithKind("RoleBinding"))
 		objs = append(objs, binding)
 	}
-	objs = append(objs, sa(ApplierNamespace, ApplierName))
+	objs = append(objs, sa(posture.ApplierNamespace, posture.ApplierName))
 	for _, ns := range namespaces {
-		objs = append(objs, sa(ns, DeployerName))
+		objs = append(objs, sa(ns, cpv1.DeployerName))
 	}
 	return objs
 }
@@ -126,7 +131,7 @@ func DeleteOwned(ctx context.Context, c client.Client, objs []client.Object, lab
 			}
 			return deleted, err
 		}
-		if !hasLabels(live.GetLabels(), labels) || live.GetDeletionTimestamp() != nil {
+		if !posture.HasLabels(live.GetLabels(), labels) || live.GetDeletionTimestamp() != nil {
 			continue
 		}
 		if err := client.IgnoreNotFound(c.Delete(ctx, live, client.Preconditions{UID: ptr.To(live.GetUID())})); err != nil {
@@ -163,7 +168,7 @@ func UnbindDeployer(ctx context.Context, c client.Client, targetNamespaces []str
 	}
 	var removed []string
 	for _, o := range stale {
-		if o.GetName() != DeployerName || keep[o.GetNamespace()] || o.GetDeletionTimestamp() != nil {
+		if o.GetName() != cpv1.DeployerName || keep[o.GetNamespace()] || o.GetDeletionTimestamp() != nil {
 			continue
 		}
 		if err := client.IgnoreNotFound(c.Delete(ctx, o, client.Preconditions{UID: ptr.To(o.GetUID())})); err != nil {

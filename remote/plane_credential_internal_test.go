@@ -4,10 +4,14 @@ import (
 	"strings"
 	"testing"
 
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+
+	"github.com/cozystack/computeplane/remote/posture"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/cozystack/computeplane/internal/ssa"
+	"github.com/cozystack/computeplane/ssa"
 )
 
 // TestRevokedObjects: closing the gate removes the applier's right to impersonate first
@@ -40,8 +44,8 @@ func TestRevokedObjects(t *testing.T) {
 // at rest costs no write.
 func TestDeployerAutomountIsCompared(t *testing.T) {
 	var want *corev1.ServiceAccount
-	for _, o := range Identities([]string{"tenant-a"}, []string{"tenant-a"}, false, map[string]string{"computeplane.cozystack.io/name": "p"}) {
-		if sa, ok := o.(*corev1.ServiceAccount); ok && sa.Name == DeployerName {
+	for _, o := range posture.Identities([]string{"tenant-a"}, []string{"tenant-a"}, false, map[string]string{"computeplane.cozystack.io/name": "p"}) {
+		if sa, ok := o.(*corev1.ServiceAccount); ok && sa.Name == cpv1.DeployerName {
 			want = sa
 		}
 	}
@@ -64,7 +68,7 @@ func TestDeployerAutomountIsCompared(t *testing.T) {
 		live := want.DeepCopy()
 		live.UID, live.ResourceVersion = "u1", "7"
 		live.AutomountServiceAccountToken = tc.automount
-		if got := ssa.Matches(asMapOf(t, live), wantMap, ExactFields(want)...); got != tc.match {
+		if got := ssa.Matches(asMapOf(t, live), wantMap, posture.ExactFields(want)...); got != tc.match {
 			t.Errorf("%s: ssa.Matches = %v, want %v", tc.name, got, tc.match)
 		}
 	}

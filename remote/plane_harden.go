@@ -8,6 +8,10 @@ import (
 	"strings"
 	"sync"
 
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+
+	"github.com/cozystack/computeplane/remote/posture"
+
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cozystack/computeplane/internal/ssa"
+	"github.com/cozystack/computeplane/ssa"
 )
 
 // Findings are what a look at a plane found wrong, per stage; empty means verified.
@@ -43,7 +47,7 @@ func (f Findings) Empty() bool {
 func (f Findings) Drifted() bool { return len(f.PodSecurity) > 0 || len(f.Admission) > 0 }
 
 // Inspect reads the plane and compares it with the posture. It writes nothing.
-func Inspect(ctx context.Context, c client.Client, p Posture) (Findings, error) {
+func Inspect(ctx context.Context, c client.Client, p posture.Posture) (Findings, error) {
 	var f Findings
 	policies := p.Policies()
 	matched := make([]bool, len(policies))
@@ -76,20 +80,20 @@ func Inspect(ctx context.Context, c client.Client, p Posture) (Findings, error) 
 			continue
 		}
 		switch {
-		case hasLabels(ns.Labels, p.NamespaceLabels(ns.Name)):
-		case !hasAnyPSALabel(ns.Labels) && !p.isOperatorNamespace(ns.Name):
+		case posture.HasLabels(ns.Labels, p.NamespaceLabels(ns.Name)):
+		case !hasAnyPSALabel(ns.Labels) && !p.IsOperatorNamespace(ns.Name):
 			f.New = append(f.New, ns.Name)
 		default:
 			f.PodSecurity = append(f.PodSecurity, "namespace "+ns.Name+" lacks its Pod Security labels")
 		}
 	}
 	for _, obj := range p.PlacementObjects() {
-		if ns := seen[obj.GetNamespace()]; ns != nil && p.foreign(ns) {
+		if ns := seen[obj.GetNamespace()]; ns != nil && p.Foreign(ns) {
 			continue
 		}
 		switch o := obj.(type) {
 		case *corev1.Namespace:
-			if ns := seen[o.Name]; ns != nil && p.foreign(ns) {
+			if ns := seen[o.Name]; ns != nil && p.Foreign(ns) {
 				f.Foreign = append(f.Foreign, o.Name)
 				continue
 			}
@@ -112,7 +116,7 @@ func Inspect(ctx context.Context, c client.Client, p Posture) (Findings, error) 
 }
 
 func hasAnyPSALabel(labels map[string]string) bool {
-	for _, k := range []string{PSAEnforce, PSAEnforceVersion, PSAAudit, PSAAuditVersion, PSAWarn, PSAWarnVersion} {
+	for _, k := range []string{cpv1.PodSecurityEnforceLabel, cpv1.PodSecurityEnforceVersionLabel, cpv1.PodSecurityAuditLabel, cpv1.PodSecurityAuditVersionLabel, cpv1.PodSecurityWarnLabel, cpv1.PodSecurityWarnVersionLabel} {
 		if _, ok := labels[k]; ok {
 			return true
 		}
@@ -125,7 +129,7 @@ func hasAnyPSALabel(labels map[string]string) bool {
 // labels of every other namespace. Only what differs is written; it returns what it
 // restored or created (by kind and name) apart from the namespaces it labelled for the
 // first time.
-func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) (wrote, labelled []string, err error) {
+func Harden(ctx context.Context, c client.Client, p posture.Posture, fieldOwner string) (wrote, labelled []string, err error) {
 	if wrote, err = WritePolicies(ctx, c, p, fieldOwner); err != nil {
 		return wrote, labelled, err
 	}
@@ -139,12 +143,12 @@ func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) 
 	}
 	placement := map[string]bool{}
 	for _, obj := range p.PlacementObjects() {
-		if l := live[obj.GetNamespace()]; l != nil && p.foreign(l) {
+		if l := live[obj.GetNamespace()]; l != nil && p.Foreign(l) {
 			continue
 		}
 		if ns, ok := obj.(*corev1.Namespace); ok {
 			l := live[ns.Name]
-			if l != nil && p.foreign(l) {
+			if l != nil && p.Foreign(l) {
 				// Not the operator's: never adopted (Inspect reports it), labelled for Pod
 				// Security like any other namespace below.
 				continue
@@ -152,7 +156,7 @@ func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) 
 			placement[ns.Name] = true
 			// Compare labels, not the applied hash: a relabelled namespace keeps the
 			// operator's annotation.
-			if l != nil && hasLabels(l.Labels, ns.Labels) {
+			if l != nil && posture.HasLabels(l.Labels, ns.Labels) {
 				continue
 			}
 			if err := ssa.ForceApply(ctx, c, ns, fieldOwner); err != nil {
@@ -170,7 +174,7 @@ func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) 
 		}
 	}
 	for _, ns := range namespaces.Items {
-		if placement[ns.Name] || ns.Status.Phase == corev1.NamespaceTerminating || hasLabels(ns.Labels, p.NamespaceLabels(ns.Name)) {
+		if placement[ns.Name] || ns.Status.Phase == corev1.NamespaceTerminating || posture.HasLabels(ns.Labels, p.NamespaceLabels(ns.Name)) {
 			continue
 		}
 		if err := ssa.ForceApply(ctx, c, p.LabelledNamespace(ns.Name, nil), fieldOwner); err != nil {
@@ -189,7 +193,7 @@ func Harden(ctx context.Context, c client.Client, p Posture, fieldOwner string) 
 // names those it wrote (the rest were as wanted). Harden starts with it; a plane never
 // verified gets it before its first read, so that its API server's policy refresh starts
 // counting as early as it can.
-func WritePolicies(ctx context.Context, c client.Client, p Posture, fieldOwner string) (wrote []string, err error) {
+func WritePolicies(ctx context.Context, c client.Client, p posture.Posture, fieldOwner string) (wrote []string, err error) {
 	policies := p.Policies()
 	written := make([]bool, len(policies))
 	if err := each(policies, func(i int, obj client.Object) error {
@@ -213,15 +217,6 @@ func describe(obj client.Object) string {
 		return kind + " " + obj.GetName()
 	}
 	return kind + " " + obj.GetNamespace() + "/" + obj.GetName()
-}
-
-func hasLabels(have, want map[string]string) bool {
-	for k, v := range want {
-		if have[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // mutatingPolicies lists the MutatingAdmissionPolicies and their bindings in the plane.

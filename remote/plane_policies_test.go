@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+
+	"github.com/cozystack/computeplane/remote/posture"
+
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -35,7 +39,7 @@ func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	posture := remote.Posture{Level: "restricted", Version: "latest", Exempt: []string{"kube-system"}, Operator: "operator",
+	pos := posture.Posture{Level: "restricted", Version: "latest", Exempt: []string{"kube-system"}, Operator: "operator",
 		Labels: map[string]string{"app.kubernetes.io/managed-by": "computeplane-operator"}}
 	as := func(user string) (client.Client, kubernetes.Interface) {
 		cfg := rest.CopyConfig(plane.Config)
@@ -48,13 +52,13 @@ func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 	}
 	operator, _ := as("operator")
 	mallory, malloryCS := as("mallory")
-	if wrote, _, err := remote.Harden(ctx, operator, posture, "test"); err != nil || len(wrote) == 0 {
+	if wrote, _, err := remote.Harden(ctx, operator, pos, "test"); err != nil || len(wrote) == 0 {
 		t.Fatalf("hardening wrote %v (err=%v)", wrote, err)
 	}
 	// The canary the operator uses before it opens the gate sees every policy in force.
-	canary, _ := as(remote.CanaryUser)
+	canary, _ := as(posture.CanaryUser)
 	deadline := time.Now().Add(20 * time.Second)
-	for pending, err := posture.Unenforced(ctx, canary); err != nil || len(pending) > 0; pending, err = posture.Unenforced(ctx, canary) {
+	for pending, err := remote.Unenforced(ctx, canary, pos); err != nil || len(pending) > 0; pending, err = remote.Unenforced(ctx, canary, pos) {
 		if time.Now().After(deadline) {
 			t.Fatalf("policies still not in force: %v (err=%v)", pending, err)
 		}
@@ -148,9 +152,9 @@ func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 	// What the operator created in a namespace (the deployer's identity, say) is its own:
 	// mallory can neither delete, edit nor forge it.
 	owned := func() *corev1.ServiceAccount {
-		return &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "computeplane-deployer", Labels: posture.Labels}}
+		return &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "computeplane-deployer", Labels: pos.Labels}}
 	}
-	ownedRole := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "computeplane-deployer", Labels: posture.Labels},
+	ownedRole := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "computeplane-deployer", Labels: pos.Labels},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}}}
 	for _, o := range []client.Object{owned(), ownedRole} {
 		if err := operator.Create(ctx, o); err != nil {
@@ -166,14 +170,14 @@ func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 		// Nothing runs as the deployer or holds a token of it, the operator included: the
 		// gate's closing must leave nothing writing with its rights.
 		{"a pod running as the deployer", func() error {
-			return mallory.Create(ctx, pod("as-deployer", func(p *corev1.Pod) { p.Spec.ServiceAccountName = remote.DeployerName }), dry)
+			return mallory.Create(ctx, pod("as-deployer", func(p *corev1.Pod) { p.Spec.ServiceAccountName = cpv1.DeployerName }), dry)
 		}, "Pods may not run as the ComputePlane deployer"},
 		{"a pod running as the deployer, as the operator", func() error {
-			return operator.Create(ctx, pod("as-deployer", func(p *corev1.Pod) { p.Spec.ServiceAccountName = remote.DeployerName }), dry)
+			return operator.Create(ctx, pod("as-deployer", func(p *corev1.Pod) { p.Spec.ServiceAccountName = cpv1.DeployerName }), dry)
 		}, "Pods may not run as the ComputePlane deployer"},
 		{"a token Secret for the deployer, as the operator", func() error {
 			return operator.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "deployer-forever",
-				Annotations: map[string]string{corev1.ServiceAccountNameKey: remote.DeployerName}}, Type: corev1.SecretTypeServiceAccountToken}, dry)
+				Annotations: map[string]string{corev1.ServiceAccountNameKey: cpv1.DeployerName}}, Type: corev1.SecretTypeServiceAccountToken}, dry)
 		}, "ServiceAccount token Secrets for the ComputePlane deployer"},
 		{"unlabelling the operator's Role", func() error {
 			r := &rbacv1.Role{}
@@ -193,7 +197,7 @@ func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 			return kcm.Update(ctx, r, dry)
 		}, "only the operator may create, change or delete it"},
 		{"forging an operator RoleBinding", func() error {
-			return mallory.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "forged", Labels: posture.Labels},
+			return mallory.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "bare", Name: "forged", Labels: pos.Labels},
 				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "computeplane-deployer"},
 				Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "bare", Name: "app"}}}, dry)
 		}, "only the operator may create, change or delete it"},
@@ -264,7 +268,7 @@ func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 	if err := mallory.Create(ctx, mapObj); err != nil {
 		t.Fatalf("creating a MutatingAdmissionPolicy: %v", err)
 	}
-	found, err := remote.Inspect(ctx, operator, posture)
+	found, err := remote.Inspect(ctx, operator, pos)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +291,7 @@ func TestPoliciesRefuseOnARealAPIServer(t *testing.T) {
 	if err := operator.Update(ctx, vap); err != nil {
 		t.Fatal(err)
 	}
-	found, err = remote.Inspect(ctx, operator, posture)
+	found, err = remote.Inspect(ctx, operator, pos)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,3 +133,38 @@ const (
 // what the stage needs (an error from the management or the plane's API). The stage is
 // not True until a read-back succeeds; the message names the failure.
 const VerificationFailedReason = "VerificationFailed"
+
+// Reasons of the Provisioned condition, in the order the plane passes them.
+const (
+	// WaitingForInfrastructureReason: CAPI's Cluster does not report its KubeVirt
+	// infrastructure ready yet.
+	WaitingForInfrastructureReason = "WaitingForInfrastructure"
+	// WaitingForControlPlaneReason: the Kamaji control plane is not Ready yet.
+	WaitingForControlPlaneReason = "WaitingForControlPlane"
+	// WaitingForKubeconfigReason: Kamaji has not written the admin kubeconfig yet.
+	WaitingForKubeconfigReason = "WaitingForKubeconfig"
+	// KubeconfigUnusableReason: the admin kubeconfig is not one the operator accepts:
+	// anything but inline client certificate, key and CA data for a server the control
+	// plane reports (a token, tokenFile, exec, a proxy, a foreign server, ...).
+	KubeconfigUnusableReason = "KubeconfigUnusable"
+	// RenderFailedReason: the spec cannot be turned into infrastructure (terminal).
+	RenderFailedReason = "RenderFailed"
+)
+
+// Reasons of the hardening conditions.
+const (
+	// PlaneUnreachableReason: the plane's API server has not answered for longer than
+	// the grace period; the gate stays closed.
+	PlaneUnreachableReason = "PlaneUnreachable"
+	// DriftedReason: something the operator applied was removed or changed; the message
+	// names it, and the operator restores it.
+	DriftedReason = "Drifted"
+	// NotVerifiedReason: the read-back after applying still found differences.
+	NotVerifiedReason = "NotVerified"
+	// NotEnforcedReason: the policies read back as written, but the plane's API server
+	// does not refuse what they forbid yet (it loads new policies a moment later).
+	NotEnforcedReason = "NotEnforced"
+)
+
+// IdentitiesFailedReason: the identities could not be applied or verified.
+const IdentitiesFailedReason = "IdentitiesNotVerified"

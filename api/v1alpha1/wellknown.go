@@ -93,9 +93,10 @@ const AppliedHashAnnotation = "computeplane.cozystack.io/applied-hash"
 const (
 	// TokenExpiresAtAnnotation is when the token in the Secret expires (RFC 3339).
 	TokenExpiresAtAnnotation = "computeplane.cozystack.io/token-expires-at"
-	// ApplierUIDAnnotation is the UID of the plane's ServiceAccount the token is bound to
-	// (the applier's, or the cluster-autoscaler's: the key keeps its first name).
-	ApplierUIDAnnotation = "computeplane.cozystack.io/applier-uid"
+	// TokenServiceAccountUIDAnnotation is the UID of the plane's ServiceAccount the token
+	// is bound to (the applier's, or the cluster-autoscaler's; the key's value keeps the
+	// applier's name it had first).
+	TokenServiceAccountUIDAnnotation = "computeplane.cozystack.io/applier-uid"
 )
 
 // The discovery beacon. The capabilities design has a provider announce itself on its
@@ -120,4 +121,67 @@ const (
 	// KamajiAdminKubeconfigComponent is KamajiComponentLabel's value on the admin
 	// kubeconfig Secret.
 	KamajiAdminKubeconfigComponent = "admin-kubeconfig"
+)
+
+// The operator's mark on everything it creates, on both clusters: its caches and watches
+// select on it, and nothing without it is ever changed or deleted.
+const (
+	// ManagedByLabel is the Kubernetes recommended label; ManagedByValue its value on
+	// the operator's objects.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "computeplane-operator"
+	// AppNameLabel and AppInstanceLabel name a workload the operator runs (the
+	// cluster-autoscaler) and its instance (the plane).
+	AppNameLabel     = "app.kubernetes.io/name"
+	AppInstanceLabel = "app.kubernetes.io/instance"
+)
+
+// Other projects' keys the operator writes or reads, each with that project's meaning.
+const (
+	// ClusterNameLabel is Cluster API's label naming a machine's or template's Cluster.
+	ClusterNameLabel = "cluster.x-k8s.io/cluster-name"
+	// ClusterManagedByAnnotation tells Cluster API that another component (Kamaji) keeps
+	// an infrastructure cluster's endpoint.
+	ClusterManagedByAnnotation = "cluster.x-k8s.io/managed-by"
+	// AutoscalerMinSizeAnnotation and AutoscalerMaxSizeAnnotation bound a
+	// MachineDeployment for the cluster-autoscaler's Cluster API provider.
+	AutoscalerMinSizeAnnotation = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+	AutoscalerMaxSizeAnnotation = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+	// KamajiKubeconfigSecretKeyAnnotation pins the key of the admin kubeconfig Secret
+	// Kamaji's Cluster API provider copies into Cluster API's <cluster>-kubeconfig.
+	KamajiKubeconfigSecretKeyAnnotation = "kamaji.clastix.io/kubeconfig-secret-key"
+	// KamajiNameLabel names the TenantControlPlane on the pods of its control plane.
+	KamajiNameLabel = "kamaji.clastix.io/name"
+	// ShardKeyLabel assigns an object to a shard, as Flux's objects are assigned: each
+	// shard's manager runs with --watch-label-selector naming its keys, and the main one
+	// with `!sharding.fluxcd.io/key`.
+	ShardKeyLabel = "sharding.fluxcd.io/key"
+	// FluxWatchLabel, with FluxWatchLabelValue, makes Flux re-read a Secret as soon as
+	// it changes (the applier kubeconfig, rotated).
+	FluxWatchLabel      = "reconcile.fluxcd.io/watch"
+	FluxWatchLabelValue = "Enabled"
+)
+
+// Pod Security Admission's namespace labels, which the operator sets in every plane.
+const (
+	PodSecurityEnforceLabel        = "pod-security.kubernetes.io/enforce"
+	PodSecurityEnforceVersionLabel = "pod-security.kubernetes.io/enforce-version"
+	PodSecurityAuditLabel          = "pod-security.kubernetes.io/audit"
+	PodSecurityAuditVersionLabel   = "pod-security.kubernetes.io/audit-version"
+	PodSecurityWarnLabel           = "pod-security.kubernetes.io/warn"
+	PodSecurityWarnVersionLabel    = "pod-security.kubernetes.io/warn-version"
+)
+
+// Names of what the operator creates in every plane, which placement releases name.
+const (
+	// DeployerName is the ServiceAccount Flux impersonates for a placement release (its
+	// spec.serviceAccountName), in the plane namespace named like the release's own:
+	// Flux impersonates system:serviceaccount:<HelmRelease namespace>:<name>.
+	DeployerName = "computeplane-deployer"
+	// ApplierKubeconfigSuffix ends the name of a plane's applier kubeconfig Secret
+	// (<plane>-applier-kubeconfig) in its tenant namespace, the one operator credential
+	// a tenant namespace holds; ApplierKubeconfigKey is its key (the one Flux reads by
+	// default).
+	ApplierKubeconfigSuffix = "-applier-kubeconfig"
+	ApplierKubeconfigKey    = "value"
 )

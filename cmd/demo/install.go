@@ -125,6 +125,7 @@ func (op *operatorInstall) start(ctx context.Context, mgmt *devenv.Cluster, root
 	fmt.Println("\n$ go build -o manager ./cmd/manager")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/manager")
 	build.Dir, build.Stdout, build.Stderr = root, os.Stdout, os.Stderr
+	build.Env = devenv.OutsideEnv() // a module it fetches is not behind the plane proxy
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("building the manager: %w", err)
 	}

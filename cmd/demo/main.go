@@ -13,10 +13,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +27,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -94,217 +97,294 @@ func run(ctx context.Context, stay, verbose bool) error {
 	if err != nil {
 		return err
 	}
-
 	kubeconfig, cleanup, err := writeKubeconfig(mgmt)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	kubectlBin := filepath.Join(mgmt.Env.BinaryAssetsDirectory, "kubectl")
-	kubectl := func(args ...string) error {
-		fmt.Printf("\n$ kubectl %s\n", join(args))
-		cmd := exec.CommandContext(ctx, kubectlBin, args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
-		return cmd.Run()
-	}
-	kubectlStdin := func(stdin string, args ...string) error {
-		fmt.Printf("\n$ echo '%s' | kubectl %s\n", stdin, join(args))
-		cmd := exec.CommandContext(ctx, kubectlBin, args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-		cmd.Stdin = strings.NewReader(stdin)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
-		return cmd.Run()
-	}
-	// For a stream the walkthrough already printed the command of.
-	kubectlPiped := func(stdin []byte, args ...string) error {
-		cmd := exec.CommandContext(ctx, kubectlBin, args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-		cmd.Stdin = bytes.NewReader(stdin)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
-		return cmd.Run()
+	w := &walkthrough{
+		ctx:     ctx,
+		mgmt:    mgmt,
+		kubectl: kubectl{ctx: ctx, bin: filepath.Join(mgmt.Env.BinaryAssetsDirectory, "kubectl"), kubeconfig: kubeconfig},
+		root:    root,
+		samples: filepath.Join(root, "config", "samples"),
+		key:     client.ObjectKey{Namespace: "tenant-demo", Name: "demo"},
 	}
 
-	step("Installing the operator from its Helm chart (config/helm/computeplane, which renders exactly config/default)")
-	op, err := installOperator(ctx, mgmt, root, kubectl, kubectlPiped, verbose)
+	stopComponents, err := w.startComponents(scheme, kamajiBin, proxy, verbose)
 	if err != nil {
 		return err
 	}
-	defer op.stop()
-
-	// Kamaji and Cluster API are other components with their own rights: they run as an
-	// administrator, while the operator has only the RBAC the chart gives it.
-	step("Starting Kamaji " + devenv.KamajiVersion + " (the real manager, with a TLS etcd DataStore; its control planes run as host processes) and stand-ins for its Cluster API provider and Cluster API core")
-	kamaji, err := devenv.StartRealKamaji(ctx, mgmt, devenv.RealKamajiOptions{Binary: kamajiBin, Proxy: proxy})
-	if err != nil {
-		return err
-	}
-	defer kamaji.Stop()
-	stopStandins, err := capistandin.Start(ctx, mgmt.Config, scheme)
-	if err != nil {
-		return err
-	}
-	defer stopStandins()
-	step("The operator is running (controllers and admission webhook) as its ServiceAccount, with the chart's RBAC; the Deployment itself has no pods: no kubelet here")
-	if err := kubectl("get", "deployment,serviceaccount,secret,poddisruptionbudget", "-n", operatorNS); err != nil {
-		return err
-	}
-
-	samples := filepath.Join(root, "config", "samples")
-	if err := kubectl("apply", "--server-side", "-f", filepath.Join(samples, "tenant-namespace.yaml")); err != nil {
-		return err
-	}
-	if err := kubectl("apply", "--server-side", "-f", filepath.Join(samples, "computeplaneclass.yaml")); err != nil {
-		return err
-	}
-	if err := kubectl("apply", "--server-side", "-f", filepath.Join(samples, "computeplane.yaml")); err != nil {
-		return err
-	}
-	key := client.ObjectKey{Namespace: "tenant-demo", Name: "demo"}
-	step("Watching the plane come up (Kamaji makes its TenantControlPlane; its kube-apiserver runs as a host process)")
-	if err := watchProvisioning(ctx, mgmt.Client, key); err != nil {
-		return err
-	}
-	if err := kubectl("get", "computeplanes", "-A"); err != nil {
-		return err
-	}
-	plane := &cpv1.ComputePlane{}
-	if err := mgmt.Client.Get(ctx, key, plane); err != nil {
-		return err
-	}
-	infra := plane.Status.InfrastructureNamespace
-	if err := kubectl("get", "-n", infra,
-		"clusters.cluster.x-k8s.io,kamajicontrolplanes,tenantcontrolplanes,kubevirtclusters,kubevirtmachinetemplates,machinedeployments,helmreleases,ciliumnetworkpolicies"); err != nil {
-		return err
-	}
-	if err := kubectl("wait", "--for=condition=Ready", "--timeout=60s", "-n", "tenant-demo", "computeplane/demo"); err != nil {
-		return err
-	}
-	step("Kamaji wrote the plane's admin kubeconfig; the operator reaches the plane only at the in-cluster name it names")
-	if err := reachedAtServiceName(ctx, mgmt.Client, infra, "demo"); err != nil {
-		return err
-	}
-	if err := kubectl("get", "computeplane", "-n", "tenant-demo", "demo", "-o",
-		`jsonpath={range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.message}{"\n"}{end}`); err != nil {
-		return err
-	}
-
-	step("The Ready plane announces itself on its namespace (the capabilities design's discovery beacon; gone when the gate closes)")
-	if err := kubectl("get", "namespace", "tenant-demo", "-L", cpv1.DefaultCapabilityLabel); err != nil {
-		return err
-	}
-	if err := beaconIs(ctx, mgmt.Client, "tenant-demo", "demo"); err != nil {
-		return err
-	}
-
-	step("Inside the plane (through its admin kubeconfig, which only the operator uses): hardened namespaces, and a privileged pod refused by the plane's own apiserver")
-	planeKubeconfig, err := adminKubeconfig(ctx, mgmt.Client, infra, filepath.Dir(kubeconfig))
-	if err != nil {
-		return err
-	}
-	if err := kubectl("--kubeconfig", planeKubeconfig, "get", "namespaces", "-L", "pod-security.kubernetes.io/enforce"); err != nil {
-		return err
-	}
-	if err := refused(kubectl("--kubeconfig", planeKubeconfig, "run", "escape", "-n", "notebooks", "--image=busybox", "--dry-run=server",
-		`--overrides={"spec":{"containers":[{"name":"escape","image":"busybox","securityContext":{"privileged":true}}]}}`)); err != nil {
-		return fmt.Errorf("a privileged pod in the plane: %w", err)
-	}
-
-	step("A tenant (alice, bound to the chart's computeplane-tenant-edit role) cannot strip the plane's finalizer to skip its teardown")
-	if err := kubectl("create", "rolebinding", "alice", "-n", "tenant-demo", "--clusterrole=computeplane-tenant-edit", "--user=alice"); err != nil {
-		return err
-	}
-	if err := refused(kubectl("--as=alice", "patch", "-n", "tenant-demo", "computeplane/demo", "--type=json",
-		`-p=[{"op":"remove","path":"/metadata/finalizers"}]`)); err != nil {
-		return fmt.Errorf("stripping the finalizer as a tenant: %w", err)
-	}
-
-	step("The tenant namespace holds only the plane and the least-privilege applier kubeconfig (never the admin one)")
-	if err := kubectl("get", "secrets", "-n", "tenant-demo", "-L", "reconcile.fluxcd.io/watch"); err != nil {
-		return err
-	}
-
-	step("The API documents itself")
-	if err := kubectl("explain", "computeplane.spec.nodeGroups"); err != nil {
-		return err
-	}
-
-	step("A second plane in the same namespace is refused at admission")
-	if err := refused(kubectl("create", "--dry-run=server", "-f", filepath.Join(samples, "computeplane-second.yaml"))); err != nil {
-		return fmt.Errorf("a second plane: %w", err)
-	}
-
-	step("A placement release is routed into the plane at admission (Flux would apply it there, as the deployer)")
-	release := filepath.Join(samples, "placement-release.yaml")
-	if err := kubectl("create", "--dry-run=server", "-f", release, "-o",
-		`jsonpath=kubeConfig={.spec.kubeConfig.secretRef.name} serviceAccountName={.spec.serviceAccountName} targetNamespace={.spec.targetNamespace} storageNamespace={.spec.storageNamespace} finalizers={.metadata.finalizers}{"\n"}`); err != nil {
-		return fmt.Errorf("a placement release: %w", err)
-	}
-	step("...and one that asks to be applied as someone else is refused")
-	if err := refused(kubectlStdin(`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"sneaky","namespace":"tenant-demo","labels":{"computeplane.cozystack.io/placement":"ComputePlane"}},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"jupyter","namespace":"cozy-public"},"serviceAccountName":"default"}}`,
-		"create", "--dry-run=server", "-f", "-")); err != nil {
-		return fmt.Errorf("a placement release as another identity: %w", err)
-	}
-	step("...so is one whose chart is another tenant's source (the class allows cozy-public alone)")
-	if err := refused(kubectlStdin(`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"borrowed","namespace":"tenant-demo","labels":{"computeplane.cozystack.io/placement":"ComputePlane"}},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"private","namespace":"tenant-other"}}}`,
-		"create", "--dry-run=server", "-f", "-")); err != nil {
-		return fmt.Errorf("a placement release with another tenant's chart source: %w", err)
-	}
-	step("...and an unlabelled release routed by hand with the plane's credential, to skip the gate")
-	if err := refused(kubectlStdin(`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"by-hand","namespace":"tenant-demo"},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"jupyter","namespace":"cozy-public"},"kubeConfig":{"secretRef":{"name":"demo-applier-kubeconfig","key":"value"}},"serviceAccountName":"computeplane-deployer"}}`,
-		"create", "--dry-run=server", "-f", "-")); err != nil {
-		return fmt.Errorf("an unlabelled release naming the applier kubeconfig: %w", err)
-	}
-
-	step("A per-Service grant needs both sides: the plane asks for postgres (spec.serviceAccess); the Service appears")
-	if err := showGrants(ctx, mgmt.Client, kubectl, key); err != nil {
-		return err
-	}
-
-	step("Forcing a reconcile the Flux way")
-	stamp := fmt.Sprint(time.Now().Unix())
-	if err := kubectl("annotate", "--overwrite", "-n", "tenant-demo", "computeplane/demo", "reconcile.fluxcd.io/requestedAt="+stamp); err != nil {
-		return err
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		p := &cpv1.ComputePlane{}
-		if err := mgmt.Client.Get(ctx, key, p); err != nil {
-			return false, err
+	defer stopComponents()
+	for _, section := range []func() error{w.provision, w.showBeacon, w.insidePlane, w.tenantGuards, w.admissionChecks, w.grantsAndReconcile} {
+		if err := section(); err != nil {
+			return err
 		}
-		return p.Status.LastHandledReconcileAt == stamp, nil
-	}); err != nil {
-		return fmt.Errorf("the reconcile request was not acknowledged: %w", err)
 	}
-	if err := kubectl("get", "computeplane", "-n", "tenant-demo", "demo", "-o", "jsonpath={.status.lastHandledReconcileAt}{\"\\n\"}"); err != nil {
-		return err
-	}
-
 	if stay {
 		step("Still running. In another shell: export KUBECONFIG=" + kubeconfig + " HTTPS_PROXY=" + proxy.URL().String() +
 			" (the proxy reaches planes at the names Kamaji writes); Ctrl-C here to stop and clean up")
 		<-ctx.Done()
 		return nil
 	}
+	return w.teardown()
+}
 
-	step("Deletion protection: a plane a placement release still runs in cannot be deleted; its owner asks for the release to be uninstalled with it")
-	if err := kubectl("create", "-f", release); err != nil {
+// walkthrough is what the demo's sections share: the management cluster, kubectl against
+// it, the samples, and the sample plane.
+type walkthrough struct {
+	ctx     context.Context
+	mgmt    *devenv.Cluster
+	kubectl kubectl
+	root    string
+	samples string
+	key     client.ObjectKey // the sample plane
+	infra   string           // its infrastructure namespace, once provisioned
+}
+
+// startComponents installs the operator from its chart and starts Kamaji and the stand-ins
+// for Cluster API; the returned func stops them.
+func (w *walkthrough) startComponents(scheme *runtime.Scheme, kamajiBin string, proxy *devenv.PlaneProxy, verbose bool) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range slices.Backward(stops) {
+			s()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	step("Installing the operator from its Helm chart (config/helm/computeplane, which renders exactly config/default)")
+	op, err := installOperator(w.ctx, w.mgmt, w.root, w.kubectl.run, w.kubectl.piped, verbose)
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, op.stop)
+
+	// Kamaji and Cluster API are other components with their own rights: they run as an
+	// administrator, while the operator has only the RBAC the chart gives it.
+	step("Starting Kamaji " + devenv.KamajiVersion + " (the real manager, with a TLS etcd DataStore; its control planes (kube-apiserver, kube-controller-manager, kube-scheduler) run as host processes) and stand-ins for its Cluster API provider and Cluster API core")
+	kamaji, err := devenv.StartRealKamaji(w.ctx, w.mgmt, devenv.RealKamajiOptions{Binary: kamajiBin, Proxy: proxy})
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, kamaji.Stop)
+	stopStandins, err := capistandin.Start(w.ctx, w.mgmt.Config, scheme)
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, stopStandins)
+	step("The operator is running (controllers and admission webhook) as its ServiceAccount, with the chart's RBAC; the Deployment itself has no pods: no kubelet here")
+	return stop, w.kubectl.run("get", "deployment,serviceaccount,secret,poddisruptionbudget", "-n", operatorNS)
+}
+
+// provision applies the sample class and plane and follows the plane until it is Ready,
+// reached at the name Kamaji writes.
+func (w *walkthrough) provision() error {
+	for _, sample := range []string{"tenant-namespace.yaml", "computeplaneclass.yaml", "computeplane.yaml"} {
+		if err := w.kubectl.run("apply", "--server-side", "-f", filepath.Join(w.samples, sample)); err != nil {
+			return err
+		}
+	}
+	step("Watching the plane come up (Kamaji makes its TenantControlPlane; its kube-apiserver runs as a host process)")
+	if err := watchProvisioning(w.ctx, w.mgmt.Client, w.key); err != nil {
 		return err
 	}
-	if err := refused(kubectl("delete", "--dry-run=server", "-n", "tenant-demo", "computeplane/demo")); err != nil {
+	if err := w.kubectl.run("get", "computeplanes", "-A"); err != nil {
+		return err
+	}
+	plane := &cpv1.ComputePlane{}
+	if err := w.mgmt.Client.Get(w.ctx, w.key, plane); err != nil {
+		return err
+	}
+	w.infra = plane.Status.InfrastructureNamespace
+	if err := w.kubectl.run("get", "-n", w.infra,
+		"clusters.cluster.x-k8s.io,kamajicontrolplanes,tenantcontrolplanes,kubevirtclusters,kubevirtmachinetemplates,machinedeployments,helmreleases,ciliumnetworkpolicies"); err != nil {
+		return err
+	}
+	if err := w.kubectl.run("wait", "--for=condition=Ready", "--timeout=60s", "-n", "tenant-demo", "computeplane/demo"); err != nil {
+		return err
+	}
+	step("Kamaji wrote the plane's admin kubeconfig; the operator reaches the plane only at the in-cluster name it names")
+	if err := reachedAtServiceName(w.ctx, w.mgmt.Client, w.infra, "demo"); err != nil {
+		return err
+	}
+	return w.kubectl.run("get", "computeplane", "-n", "tenant-demo", "demo", "-o",
+		`jsonpath={range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.message}{"\n"}{end}`)
+}
+
+func (w *walkthrough) showBeacon() error {
+	step("The Ready plane announces itself on its namespace (the capabilities design's discovery beacon; gone when the gate closes)")
+	if err := w.kubectl.run("get", "namespace", "tenant-demo", "-L", cpv1.DefaultCapabilityLabel); err != nil {
+		return err
+	}
+	return beaconIs(w.ctx, w.mgmt.Client, "tenant-demo", "demo")
+}
+
+// podSecurityRefusal is how Pod Security words a refusal by the restricted profile
+// (k8s.io/pod-security-admission: `violates PodSecurity "restricted:<version>": ...`).
+const podSecurityRefusal = `violates PodSecurity "restricted:`
+
+// insidePlane shows the plane's hardened namespaces and checks that Pod Security, in the
+// plane's own apiserver, refuses a pod nothing else there refuses: one that runs as root,
+// which the baseline profile allows and neither the operator's pod-hardening policy
+// (host namespaces, hostPath, privileged, added capabilities, host ports) nor the
+// apiserver's flags (Kamaji passes --allow-privileged=true) would refuse. It goes to a
+// placement namespace once its default ServiceAccount exists: before that the
+// ServiceAccount admission plugin refuses every pod, which would say nothing of Pod
+// Security.
+func (w *walkthrough) insidePlane() error {
+	step("Inside the plane (through its admin kubeconfig, which only the operator uses): hardened namespaces, which the plane's own kube-controller-manager fills as in any cluster")
+	planeKubeconfig, err := adminKubeconfig(w.ctx, w.mgmt.Client, w.infra, filepath.Dir(w.kubectl.kubeconfig))
+	if err != nil {
+		return err
+	}
+	plane := func(args ...string) []string { return append([]string{"--kubeconfig", planeKubeconfig}, args...) }
+	if err := w.kubectl.run(plane("get", "namespaces", "-L", "pod-security.kubernetes.io/enforce")...); err != nil {
+		return err
+	}
+	if err := w.kubectl.run(plane("wait", "--for=create", "--timeout=60s", "-n", "notebooks", "serviceaccount/default", "configmap/kube-root-ca.crt")...); err != nil {
+		return fmt.Errorf("the plane's kube-controller-manager did not make the placement namespace's default ServiceAccount and kube-root-ca.crt: %w", err)
+	}
+	step("...so a pod there reaches Pod Security, which refuses one that runs as root (the baseline profile allows it; the plane's restricted one does not)")
+	out, err := w.kubectl.output(plane("run", "root", "-n", "notebooks", "--image=busybox", "--dry-run=server",
+		`--overrides={"spec":{"containers":[{"name":"root","image":"busybox","securityContext":{"runAsUser":0}}]}}`)...)
+	if err := refusedByPodSecurity(out, err); err != nil {
+		return fmt.Errorf("a pod that breaks the restricted profile in the plane: %w", err)
+	}
+	return nil
+}
+
+func (w *walkthrough) tenantGuards() error {
+	step("A tenant (alice, bound to the chart's computeplane-tenant-edit role) cannot strip the plane's finalizer to skip its teardown")
+	if err := w.kubectl.run("create", "rolebinding", "alice", "-n", "tenant-demo", "--clusterrole=computeplane-tenant-edit", "--user=alice"); err != nil {
+		return err
+	}
+	if err := refused(w.kubectl.run("--as=alice", "patch", "-n", "tenant-demo", "computeplane/demo", "--type=json",
+		`-p=[{"op":"remove","path":"/metadata/finalizers"}]`)); err != nil {
+		return fmt.Errorf("stripping the finalizer as a tenant: %w", err)
+	}
+	step("The tenant namespace holds only the plane and the least-privilege applier kubeconfig (never the admin one)")
+	return w.kubectl.run("get", "secrets", "-n", "tenant-demo", "-L", cpv1.FluxWatchLabel)
+}
+
+// admissionChecks shows the API's documentation and what the operator's admission
+// refuses: a second plane, and placement releases that would escape their plane.
+func (w *walkthrough) admissionChecks() error {
+	step("The API documents itself")
+	if err := w.kubectl.run("explain", "computeplane.spec.nodeGroups"); err != nil {
+		return err
+	}
+	step("A second plane in the same namespace is refused at admission")
+	if err := refused(w.kubectl.run("create", "--dry-run=server", "-f", filepath.Join(w.samples, "computeplane-second.yaml"))); err != nil {
+		return fmt.Errorf("a second plane: %w", err)
+	}
+	step("A placement release is routed into the plane at admission (Flux would apply it there, as the deployer)")
+	if err := w.kubectl.run("create", "--dry-run=server", "-f", filepath.Join(w.samples, "placement-release.yaml"), "-o",
+		`jsonpath=kubeConfig={.spec.kubeConfig.secretRef.name} serviceAccountName={.spec.serviceAccountName} targetNamespace={.spec.targetNamespace} storageNamespace={.spec.storageNamespace} finalizers={.metadata.finalizers}{"\n"}`); err != nil {
+		return fmt.Errorf("a placement release: %w", err)
+	}
+	for _, c := range []struct{ title, what, release string }{
+		{"...and one that asks to be applied as someone else is refused", "a placement release as another identity",
+			`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"sneaky","namespace":"tenant-demo","labels":{"computeplane.cozystack.io/placement":"ComputePlane"}},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"jupyter","namespace":"cozy-public"},"serviceAccountName":"default"}}`},
+		{"...so is one whose chart is another tenant's source (the class allows cozy-public alone)", "a placement release with another tenant's chart source",
+			`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"borrowed","namespace":"tenant-demo","labels":{"computeplane.cozystack.io/placement":"ComputePlane"}},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"private","namespace":"tenant-other"}}}`},
+		{"...and an unlabelled release routed by hand with the plane's credential, to skip the gate", "an unlabelled release naming the applier kubeconfig",
+			`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"by-hand","namespace":"tenant-demo"},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"jupyter","namespace":"cozy-public"},"kubeConfig":{"secretRef":{"name":"demo-applier-kubeconfig","key":"value"}},"serviceAccountName":"computeplane-deployer"}}`},
+	} {
+		step(c.title)
+		if err := refused(w.kubectl.stdin(c.release, "create", "--dry-run=server", "-f", "-")); err != nil {
+			return fmt.Errorf("%s: %w", c.what, err)
+		}
+	}
+	return nil
+}
+
+// grantsAndReconcile walks a per-Service grant through both sides, then forces a
+// reconcile the Flux way and waits for the plane to acknowledge it.
+func (w *walkthrough) grantsAndReconcile() error {
+	step("A per-Service grant needs both sides: the plane asks for postgres (spec.serviceAccess); the Service appears")
+	if err := showGrants(w.ctx, w.mgmt.Client, w.kubectl.run, w.key); err != nil {
+		return err
+	}
+	step("Forcing a reconcile the Flux way")
+	stamp := fmt.Sprint(time.Now().Unix())
+	if err := w.kubectl.run("annotate", "--overwrite", "-n", "tenant-demo", "computeplane/demo", "reconcile.fluxcd.io/requestedAt="+stamp); err != nil {
+		return err
+	}
+	if err := wait.PollUntilContextTimeout(w.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		p := &cpv1.ComputePlane{}
+		if err := w.mgmt.Client.Get(ctx, w.key, p); err != nil {
+			return false, err
+		}
+		return p.Status.LastHandledReconcileAt == stamp, nil
+	}); err != nil {
+		return fmt.Errorf("the reconcile request was not acknowledged: %w", err)
+	}
+	return w.kubectl.run("get", "computeplane", "-n", "tenant-demo", "demo", "-o", "jsonpath={.status.lastHandledReconcileAt}{\"\\n\"}")
+}
+
+// teardown shows the deletion protection, then deletes the plane and follows its
+// teardown until it is gone and its beacon with it.
+func (w *walkthrough) teardown() error {
+	step("Deletion protection: a plane a placement release still runs in cannot be deleted; its owner asks for the release to be uninstalled with it")
+	if err := w.kubectl.run("create", "-f", filepath.Join(w.samples, "placement-release.yaml")); err != nil {
+		return err
+	}
+	if err := refused(w.kubectl.run("delete", "--dry-run=server", "-n", "tenant-demo", "computeplane/demo")); err != nil {
 		return fmt.Errorf("deleting a plane a release runs in: %w", err)
 	}
-	if err := kubectl("annotate", "-n", "tenant-demo", "computeplane/demo", cpv1.UninstallAnnotation+"=the demo is over"); err != nil {
+	if err := w.kubectl.run("annotate", "-n", "tenant-demo", "computeplane/demo", cpv1.UninstallAnnotation+"=the demo is over"); err != nil {
 		return err
 	}
-
 	step("Deleting the plane: the teardown runs its stages in order (each a Reconciling reason)")
-	if err := kubectl("delete", "-n", "tenant-demo", "computeplane/demo", "--wait=false"); err != nil {
+	if err := w.kubectl.run("delete", "-n", "tenant-demo", "computeplane/demo", "--wait=false"); err != nil {
 		return err
 	}
-	if err := watchTeardown(ctx, mgmt.Client, key); err != nil {
+	if err := watchTeardown(w.ctx, w.mgmt.Client, w.key); err != nil {
 		return err
 	}
-	return beaconIs(ctx, mgmt.Client, "tenant-demo", "")
+	return beaconIs(w.ctx, w.mgmt.Client, "tenant-demo", "")
+}
+
+// kubectl runs the pinned kubectl against the management cluster (a plane with
+// --kubeconfig), printing each command and its output as the walkthrough's.
+type kubectl struct {
+	ctx        context.Context
+	bin        string
+	kubeconfig string
+}
+
+func (k kubectl) command(stdin io.Reader, out io.Writer, args []string) *exec.Cmd {
+	cmd := exec.CommandContext(k.ctx, k.bin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+k.kubeconfig)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, out, out
+	return cmd
+}
+
+func (k kubectl) run(args ...string) error {
+	fmt.Printf("\n$ kubectl %s\n", join(args))
+	return k.command(nil, os.Stdout, args).Run()
+}
+
+func (k kubectl) stdin(stdin string, args ...string) error {
+	fmt.Printf("\n$ echo '%s' | kubectl %s\n", stdin, join(args))
+	return k.command(strings.NewReader(stdin), os.Stdout, args).Run()
+}
+
+// piped is for a stream the walkthrough already printed the command of.
+func (k kubectl) piped(stdin []byte, args ...string) error {
+	return k.command(bytes.NewReader(stdin), os.Stdout, args).Run()
+}
+
+// output is run, also returning what the command printed (its stdout and stderr).
+func (k kubectl) output(args ...string) (string, error) {
+	fmt.Printf("\n$ kubectl %s\n", join(args))
+	var out bytes.Buffer
+	err := k.command(nil, io.MultiWriter(os.Stdout, &out), args).Run()
+	return out.String(), err
 }
 
 // reachedAtServiceName shows what Kamaji made for the plane and checks that the admin
@@ -393,6 +473,24 @@ func refused(err error) error {
 	default:
 		return err
 	}
+}
+
+// refusedByPodSecurity is refused for a refusal that must be Pod Security's: what the
+// command printed must carry Pod Security's own words. A refusal for another reason (no
+// ServiceAccount yet, a quota not computed yet, a policy of the operator's) says nothing
+// of Pod Security, and fails the demo as an acceptance does.
+func refusedByPodSecurity(out string, err error) error {
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return errors.New("accepted; it must be refused")
+	case !errors.As(err, &exit):
+		return err
+	case !strings.Contains(out, podSecurityRefusal):
+		return fmt.Errorf("refused, but not by Pod Security (no %s in %q)", podSecurityRefusal, strings.TrimSpace(out))
+	}
+	fmt.Println("    (refused by Pod Security's restricted profile, as it must be)")
+	return nil
 }
 
 // watchTeardown prints each teardown stage the plane shows until it is gone.

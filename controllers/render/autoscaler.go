@@ -33,7 +33,7 @@ const (
 	AutoscalerKubeconfigDir = "/etc/cluster-autoscaler/workload"
 	// AutoscalerPlaneNamespace is the namespace of the plane where the autoscaler's own
 	// identity lives and where it keeps its Lease and status ConfigMap: the operator's
-	// (remote.AutoscalerNamespace; render does not import remote, whose tests import
+	// (posture.AutoscalerNamespace; render does not import remote, whose tests import
 	// render).
 	AutoscalerPlaneNamespace = "computeplane-system"
 	// AutoscalerKubeconfigKey is the key of AutoscalerKubeconfigSecretName's kubeconfig.
@@ -49,7 +49,7 @@ func AutoscalerName(plane *cpv1.ComputePlane) string {
 
 // AutoscalerKubeconfigSecretName names the Secret, in the infrastructure namespace, of
 // the autoscaler's kubeconfig for the plane: a bounded token of its own ServiceAccount
-// in the plane (remote.AutoscalerIdentity), issued and renewed by the operator.
+// in the plane (posture.AutoscalerIdentity), issued and renewed by the operator.
 func AutoscalerKubeconfigSecretName(plane *cpv1.ComputePlane) string {
 	return fitName(ClusterName(plane)+"-cluster-autoscaler-kubeconfig", 63)
 }
@@ -72,7 +72,7 @@ func Autoscaler(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) []clien
 		return nil
 	}
 	ns, name := InfrastructureNamespace(plane, class), AutoscalerName(plane)
-	labels := merge(PlaneLabels(plane), map[string]string{ClusterNameLabel: ClusterName(plane)})
+	labels := merge(PlaneLabels(plane), map[string]string{cpv1.ClusterNameLabel: ClusterName(plane)})
 
 	sa := &corev1.ServiceAccount{}
 	sa.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
@@ -126,9 +126,9 @@ func AutoscalerImage(class *cpv1.ComputePlaneClass) string {
 // them: the autoscaler must reach that apiserver.
 func autoscalerDeployment(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, ns, name string, labels map[string]string) *appsv1.Deployment {
 	podLabels := map[string]string{
-		"app.kubernetes.io/name":     AutoscalerComponent,
-		"app.kubernetes.io/instance": ClusterName(plane),
-		ManagedByLabel:               ManagedByValue,
+		cpv1.AppNameLabel:     AutoscalerComponent,
+		cpv1.AppInstanceLabel: ClusterName(plane),
+		cpv1.ManagedByLabel:   cpv1.ManagedByValue,
 	}
 	d := &appsv1.Deployment{}
 	d.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("Deployment"))

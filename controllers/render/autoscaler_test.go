@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/remote"
+	"github.com/cozystack/computeplane/remote/posture"
 )
 
 var (
@@ -89,7 +89,7 @@ func TestAutoscalerObjects(t *testing.T) {
 		"--cloud-provider=clusterapi",
 		"--clusterapi-cloud-config-authoritative",
 		"--kubeconfig=/etc/cluster-autoscaler/workload/kubeconfig",
-		"--namespace=" + remote.AutoscalerNamespace,
+		"--namespace=" + posture.AutoscalerNamespace,
 		"--node-group-auto-discovery=clusterapi:namespace=" + ns + ",clusterName=plane",
 		"--enforce-node-group-min-size=true",
 	}

@@ -28,7 +28,7 @@ func Cluster(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) *clusterv1
 	c.SetGroupVersionKind(clusterv1.GroupVersion.WithKind("Cluster"))
 	c.Namespace = InfrastructureNamespace(plane, class)
 	c.Name = name
-	c.Labels = merge(PlaneLabels(plane), map[string]string{ClusterNameLabel: name})
+	c.Labels = merge(PlaneLabels(plane), map[string]string{cpv1.ClusterNameLabel: name})
 	c.Spec.ControlPlaneRef = clusterv1.ContractVersionedObjectReference{
 		APIGroup: ControlPlaneGroup, Kind: KamajiControlPlaneKind, Name: name,
 	}
@@ -57,7 +57,7 @@ func KamajiControlPlane(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass)
 		spec["dataStoreName"] = cp.DataStoreName
 	}
 	u := object(KamajiAPIVersion, KamajiControlPlaneKind, InfrastructureNamespace(plane, class), ClusterName(plane), plane)
-	u.SetAnnotations(map[string]string{KubeconfigSecretKeyAnnotation: AdminKubeconfigKey})
+	u.SetAnnotations(map[string]string{cpv1.KamajiKubeconfigSecretKeyAnnotation: AdminKubeconfigKey})
 	u.Object["spec"] = spec
 	return u
 }
@@ -66,7 +66,7 @@ func KamajiControlPlane(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass)
 // control plane endpoint, so CAPK creates no load balancer of its own.
 func KubevirtCluster(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) *unstructured.Unstructured {
 	u := object(KubevirtAPIVersion, KubevirtClusterKind, InfrastructureNamespace(plane, class), ClusterName(plane), plane)
-	u.SetAnnotations(map[string]string{"cluster.x-k8s.io/managed-by": "kamaji"})
+	u.SetAnnotations(map[string]string{cpv1.ClusterManagedByAnnotation: "kamaji"})
 	u.Object["spec"] = map[string]any{}
 	return u
 }
@@ -77,6 +77,6 @@ func object(apiVersion, kind, namespace, name string, plane *cpv1.ComputePlane) 
 	u.SetKind(kind)
 	u.SetNamespace(namespace)
 	u.SetName(name)
-	u.SetLabels(merge(PlaneLabels(plane), map[string]string{ClusterNameLabel: ClusterName(plane)}))
+	u.SetLabels(merge(PlaneLabels(plane), map[string]string{cpv1.ClusterNameLabel: ClusterName(plane)}))
 	return u
 }

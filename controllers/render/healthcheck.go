@@ -34,7 +34,7 @@ func MachineHealthCheck(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass,
 	m.SetGroupVersionKind(clusterv1.GroupVersion.WithKind("MachineHealthCheck"))
 	m.Namespace = InfrastructureNamespace(plane, class)
 	m.Name = MachineDeploymentName(plane, group)
-	m.Labels = merge(PlaneLabels(plane), map[string]string{ClusterNameLabel: cluster, cpv1.NodeGroupLabel: group})
+	m.Labels = merge(PlaneLabels(plane), map[string]string{cpv1.ClusterNameLabel: cluster, cpv1.NodeGroupLabel: group})
 	m.Spec.ClusterName = cluster
 	m.Spec.Selector = metav1.LabelSelector{MatchLabels: machineSelector(cluster, group)}
 	m.Spec.Checks.NodeStartupTimeoutSeconds = ptr.To(ptr.Deref(hc.NodeStartupTimeoutSeconds, DefaultNodeStartupTimeoutSeconds))
@@ -45,7 +45,7 @@ func MachineHealthCheck(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass,
 
 // machineSelector selects a node group's Machines: what its MachineDeployment selects.
 func machineSelector(cluster, group string) map[string]string {
-	return map[string]string{ClusterNameLabel: cluster, cpv1.NodeGroupLabel: group}
+	return map[string]string{cpv1.ClusterNameLabel: cluster, cpv1.NodeGroupLabel: group}
 }
 
 func unhealthyNodeConditions(in []cpv1.UnhealthyNodeCondition) []clusterv1.UnhealthyNodeCondition {

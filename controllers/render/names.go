@@ -12,23 +12,9 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 )
 
-// Label keys the operator sets beside the plane labels of the API package.
-const (
-	// ManagedByLabel marks objects the operator created.
-	ManagedByLabel = "app.kubernetes.io/managed-by"
-	// ManagedByValue is ManagedByLabel's value.
-	ManagedByValue = "computeplane-operator"
-	// ClusterNameLabel is Cluster API's cluster label.
-	ClusterNameLabel = "cluster.x-k8s.io/cluster-name"
-	// AutoscalerMinAnnotation and AutoscalerMaxAnnotation bound the cluster-autoscaler.
-	AutoscalerMinAnnotation = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
-	AutoscalerMaxAnnotation = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
-	// KubeconfigSecretKeyAnnotation pins the key Kamaji reads the admin kubeconfig from.
-	KubeconfigSecretKeyAnnotation = "kamaji.clastix.io/kubeconfig-secret-key"
-	// AdminKubeconfigKey is the admin kubeconfig key that reaches the plane's API server
-	// through its in-cluster Service (Kamaji's super-admin.svc).
-	AdminKubeconfigKey = "super-admin.svc"
-)
+// AdminKubeconfigKey is the admin kubeconfig key that reaches the plane's API server
+// through its in-cluster Service (Kamaji's super-admin.svc).
+const AdminKubeconfigKey = "super-admin.svc"
 
 // InfrastructureNamespace is where a plane's infrastructure lives: a dedicated,
 // operator-owned namespace <prefix><tenant namespace>-<uid8>, where uid8 is the first 8 hex digits of the plane's
@@ -72,7 +58,7 @@ func PlaneLabels(plane *cpv1.ComputePlane) map[string]string {
 		cpv1.PlaneNameLabel:      plane.Name,
 		cpv1.PlaneNamespaceLabel: plane.Namespace,
 		cpv1.PlaneUIDLabel:       string(plane.UID),
-		ManagedByLabel:           ManagedByValue,
+		cpv1.ManagedByLabel:      cpv1.ManagedByValue,
 	}
 }
 
@@ -113,7 +99,3 @@ func hashOf(v any) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
-
-// ApplierSecretName is the applier kubeconfig Secret in the tenant namespace, which
-// placement releases reference as spec.kubeConfig.secretRef.
-func ApplierSecretName(p *cpv1.ComputePlane) string { return p.Name + "-applier-kubeconfig" }

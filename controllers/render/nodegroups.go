@@ -53,7 +53,7 @@ func nodeGroup(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, version,
 	ns := InfrastructureNamespace(plane, class)
 	cluster := ClusterName(plane)
 	mdName := MachineDeploymentName(plane, name)
-	groupLabels := merge(PlaneLabels(plane), map[string]string{ClusterNameLabel: cluster, cpv1.NodeGroupLabel: name})
+	groupLabels := merge(PlaneLabels(plane), map[string]string{cpv1.ClusterNameLabel: cluster, cpv1.NodeGroupLabel: name})
 
 	vm, err := VirtualMachineSpec(plane, class, version, name, g)
 	if err != nil {
@@ -111,8 +111,8 @@ func nodeGroup(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, version,
 		// Autoscaled: the cluster-autoscaler owns replicas within these bounds; the
 		// operator never sets them, so it never fights the autoscaler.
 		md.Annotations = map[string]string{
-			AutoscalerMinAnnotation: strconv.Itoa(int(g.MinReplicas)),
-			AutoscalerMaxAnnotation: strconv.Itoa(int(g.MaxReplicas)),
+			cpv1.AutoscalerMinSizeAnnotation: strconv.Itoa(int(g.MinReplicas)),
+			cpv1.AutoscalerMaxSizeAnnotation: strconv.Itoa(int(g.MaxReplicas)),
 		}
 	}
 	return NodeGroup{Name: name, MachineTemplate: kmt, BootstrapTemplate: kct, MachineDeployment: md,

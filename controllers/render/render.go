@@ -36,7 +36,7 @@ func Plane(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, workerVersio
 	ns.Name = InfrastructureNamespace(plane, class)
 	// The infrastructure runs VMs (virt-launcher pods), which need more than
 	// restricted; tenants have no access to this namespace at all.
-	ns.Labels = merge(PlaneLabels(plane), map[string]string{"pod-security.kubernetes.io/enforce": "privileged"})
+	ns.Labels = merge(PlaneLabels(plane), map[string]string{cpv1.PodSecurityEnforceLabel: "privileged"})
 	g.Namespace = ns
 	g.Objects = append(g.Objects, KamajiControlPlane(plane, class), KubevirtCluster(plane, class), Cluster(plane, class))
 	for _, ng := range groups {

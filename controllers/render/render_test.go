@@ -146,7 +146,7 @@ func TestKamajiControlPlaneFromClass(t *testing.T) {
 			t.Errorf("%s = %v, want %v", path, got, want)
 		}
 	}
-	if kcp.GetAnnotations()[KubeconfigSecretKeyAnnotation] != "super-admin.svc" {
+	if kcp.GetAnnotations()[cpv1.KamajiKubeconfigSecretKeyAnnotation] != "super-admin.svc" {
 		t.Errorf("kubeconfig key not pinned: %v", kcp.GetAnnotations())
 	}
 }
@@ -171,14 +171,14 @@ func TestNodeGroupRendering(t *testing.T) {
 	if r := fx.MachineDeployment.Spec.Replicas; r == nil || *r != 2 {
 		t.Errorf("fixed group replicas = %v, want 2", r)
 	}
-	if _, ok := fx.MachineDeployment.Annotations[AutoscalerMinAnnotation]; ok {
+	if _, ok := fx.MachineDeployment.Annotations[cpv1.AutoscalerMinSizeAnnotation]; ok {
 		t.Error("a fixed-size group carries autoscaler annotations")
 	}
 	// Autoscaled: no replicas, min/max annotations (scale from zero allowed).
 	if gp.MachineDeployment.Spec.Replicas != nil {
 		t.Errorf("autoscaled group has fixed replicas %d", *gp.MachineDeployment.Spec.Replicas)
 	}
-	if a := gp.MachineDeployment.Annotations; a[AutoscalerMinAnnotation] != "0" || a[AutoscalerMaxAnnotation] != "2" {
+	if a := gp.MachineDeployment.Annotations; a[cpv1.AutoscalerMinSizeAnnotation] != "0" || a[cpv1.AutoscalerMaxSizeAnnotation] != "2" {
 		t.Errorf("autoscaler annotations = %v", a)
 	}
 	if ref := gp.MachineDeployment.Spec.Template.Spec.InfrastructureRef; ref.Name != gp.MachineTemplate.GetName() || ref.Kind != KubevirtTemplateKind {

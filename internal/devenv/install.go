@@ -58,7 +58,10 @@ func Helm(root string) (string, error) {
 	if h := os.Getenv("HELM"); h != "" {
 		return h, nil
 	}
-	out, err := exec.Command(filepath.Join(root, "test", "tools", "helm.sh")).Output()
+	// It may build Helm, fetching modules: not through the plane proxy.
+	cmd := exec.Command(filepath.Join(root, "test", "tools", "helm.sh"))
+	cmd.Env = OutsideEnv()
+	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("test/tools/helm.sh: %w", err)
 	}

@@ -73,9 +73,9 @@ func KamajiBinary() (string, error) {
 // RealKamaji is the real Kamaji manager running as a host process against a management
 // apiserver, with what it needs around it on a host with no kubelet:
 //   - a TLS etcd with --client-cert-auth as its DataStore;
-//   - a PodRunner that runs the kube-apiserver of every control-plane Deployment Kamaji
-//     makes and reports the Deployment's status, as a kubelet and the Deployment
-//     controller would;
+//   - a PodRunner that runs the kube-apiserver, kube-controller-manager and
+//     kube-scheduler of every control-plane Deployment Kamaji makes and reports the
+//     Deployment's status, as a kubelet and the Deployment controller would;
 //   - a PlaneProxy that routes the in-cluster addresses Kamaji writes into kubeconfigs
 //     to those kube-apiservers.
 //
@@ -123,9 +123,9 @@ func StartRealKamaji(ctx context.Context, mgmt *Cluster, o RealKamajiOptions) (_
 			return nil, err
 		}
 	}
-	assets := mgmt.Env.BinaryAssetsDirectory
-	if assets == "" {
-		return nil, fmt.Errorf("the management cluster has no BinaryAssetsDirectory (KUBEBUILDER_ASSETS=$(test/tools/build.sh))")
+	binaries, err := controlPlaneBinaries(mgmt.Env.BinaryAssetsDirectory)
+	if err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "computeplane-kamaji-")
 	if err != nil {
@@ -142,38 +142,90 @@ func StartRealKamaji(ctx context.Context, mgmt *Cluster, o RealKamajiOptions) (_
 			}
 		}
 	}()
-	timeout := o.LockTimeout
-	if timeout == 0 {
-		timeout = 5 * time.Minute
-	}
-	if k.lock, err = lockHost("computeplane-kamaji-webhook-9443", timeout); err != nil {
+	if err := k.claimWebhookPort(o.LockTimeout); err != nil {
 		return nil, err
 	}
-	// Something that does not take the lock may hold the port: Kamaji would exit, and
-	// the wait below could mistake that other server for Kamaji.
-	l, err := net.Listen("tcp", fmt.Sprintf(":%d", KamajiWebhookPort))
-	if err != nil {
-		return nil, fmt.Errorf("port %d, which Kamaji's webhook server must bind, is in use: %w", KamajiWebhookPort, err)
-	}
-	_ = l.Close()
 	if k.Proxy == nil {
 		if k.Proxy, err = StartPlaneProxy(); err != nil {
 			return nil, err
 		}
 		k.ownsProxy = true
 	}
+	if err := k.startDataStore(ctx, filepath.Join(mgmt.Env.BinaryAssetsDirectory, "etcd")); err != nil {
+		return nil, err
+	}
+	tmp := filepath.Join(dir, "tmp")
+	webhookCA, err := writeWebhookCerts(tmp)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.writeIdentity(ctx); err != nil {
+		return nil, err
+	}
+	k.Runner, err = StartPodRunner(mgmt.Client, k.Proxy, PodRunnerOptions{Dir: filepath.Join(dir, "pods"), Binaries: binaries})
+	if err != nil {
+		return nil, err
+	}
+	if err := k.startManager(bin, tmp); err != nil {
+		return nil, err
+	}
+	if err := k.registerDefaulting(ctx, webhookCA.certPEM); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
 
-	// The DataStore's PKI. Kamaji signs each TenantControlPlane's etcd client certificate
+// controlPlaneBinaries maps the images of a control-plane Deployment's containers to the
+// binaries test/tools/build.sh builds into assets (the management cluster's
+// BinaryAssetsDirectory): the pod runner runs them.
+func controlPlaneBinaries(assets string) (map[string]string, error) {
+	if assets == "" {
+		return nil, fmt.Errorf("the management cluster has no BinaryAssetsDirectory (KUBEBUILDER_ASSETS=$(test/tools/build.sh))")
+	}
+	binaries := map[string]string{}
+	for _, name := range []string{kamajiAPIServerContainer, kamajiControllerManagerContainer, kamajiSchedulerContainer} {
+		bin := filepath.Join(assets, name)
+		if _, err := os.Stat(bin); err != nil {
+			return nil, fmt.Errorf("%s has no %s: KUBEBUILDER_ASSETS must be a directory test/tools/build.sh prints (it builds one): %w", assets, name, err)
+		}
+		binaries[name] = bin
+	}
+	return binaries, nil
+}
+
+// claimWebhookPort takes the host-wide lock of Kamaji's webhook port and checks that the
+// port is free, waiting up to timeout (5 minutes when zero) for another real Kamaji.
+func (k *RealKamaji) claimWebhookPort(timeout time.Duration) error {
+	if timeout == 0 {
+		timeout = 5 * time.Minute
+	}
+	var err error
+	if k.lock, err = lockHost("computeplane-kamaji-webhook-9443", timeout); err != nil {
+		return err
+	}
+	// Something that does not take the lock may hold the port: Kamaji would exit, and
+	// the wait for it to serve could mistake that other server for Kamaji.
+	l, err := net.Listen("tcp", fmt.Sprintf(":%d", KamajiWebhookPort))
+	if err != nil {
+		return fmt.Errorf("port %d, which Kamaji's webhook server must bind, is in use: %w", KamajiWebhookPort, err)
+	}
+	_ = l.Close()
+	return nil
+}
+
+// startDataStore makes the DataStore's PKI, starts its etcd and creates the DataStore.
+func (k *RealKamaji) startDataStore(ctx context.Context, etcdBin string) error {
+	// Kamaji signs each TenantControlPlane's etcd client certificate
 	// (<tcp>-datastore-certificate) with this CA's key, which it parses as PKCS#1 only
 	// (internal/crypto/crypto.go ParsePrivateKeyBytes: x509.ParsePKCS1PrivateKey).
 	ca, err := newRSACA("computeplane-datastore-ca")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	etcdCert, etcdKey, err := ca.issue("etcd", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		[]string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// Kamaji's own client certificate for the DataStore (tlsConfig.clientCertificate):
 	// it creates each plane's etcd user and role with it. Without it Kamaji also writes
@@ -181,25 +233,23 @@ func StartRealKamaji(ctx context.Context, mgmt *Cluster, o RealKamajiOptions) (_
 	// (internal/resources/datastore/datastore_certificate.go).
 	clientCert, clientKey, err := ca.issue("root", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	pki := filepath.Join(dir, "pki")
+	pki := filepath.Join(k.Dir, "pki")
 	if err := writeFiles(pki, map[string][]byte{"ca.crt": ca.certPEM, "etcd.crt": etcdCert, "etcd.key": etcdKey}); err != nil {
-		return nil, err
+		return err
 	}
+	if err := k.startEtcd(etcdBin, pki, etcdCert, etcdKey, ca); err != nil {
+		return err
+	}
+	return k.createDataStore(ctx, ca, clientCert, clientKey)
+}
 
-	if err := k.startEtcd(filepath.Join(assets, "etcd"), pki, etcdCert, etcdKey, ca); err != nil {
-		return nil, err
-	}
-	if err := k.createDataStore(ctx, ca, clientCert, clientKey); err != nil {
-		return nil, err
-	}
-
-	// Webhook serving certificates where controller-runtime looks by default
-	// ($TMPDIR/k8s-webhook-server/serving-certs/tls.{crt,key}), and the CA for
-	// --webhook-ca-path (read at start-up, cmd/manager/cmd.go PreRunE).
-	tmp := filepath.Join(dir, "tmp")
-	certDir := filepath.Join(tmp, "k8s-webhook-server", "serving-certs")
+// writeWebhookCerts writes Kamaji's webhook serving certificates where controller-runtime
+// looks by default ($TMPDIR/k8s-webhook-server/serving-certs/tls.{crt,key}, with tmp as
+// TMPDIR), and their CA for --webhook-ca-path (read at start-up, cmd/manager/cmd.go
+// PreRunE); it returns that CA.
+func writeWebhookCerts(tmp string) (*rsaCA, error) {
 	webhookCA, err := newRSACA("kamaji-webhook-ca")
 	if err != nil {
 		return nil, err
@@ -209,35 +259,37 @@ func StartRealKamaji(ctx context.Context, mgmt *Cluster, o RealKamajiOptions) (_
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFiles(certDir, map[string][]byte{"tls.crt": whCert, "tls.key": whKey, "ca.crt": webhookCA.certPEM}); err != nil {
-		return nil, err
-	}
+	return webhookCA, writeFiles(webhookCertDir(tmp), map[string][]byte{"tls.crt": whCert, "tls.key": whKey, "ca.crt": webhookCA.certPEM})
+}
 
-	// Kamaji's identity on the management cluster: cluster-admin (its chart binds a
-	// ClusterRole close to it; the RBAC it ships is not what is under test here).
-	user, err := mgmt.Env.AddUser(envtest.User{Name: "kamaji", Groups: []string{"system:masters"}}, nil)
+func webhookCertDir(tmp string) string {
+	return filepath.Join(tmp, "k8s-webhook-server", "serving-certs")
+}
+
+// writeIdentity writes Kamaji's kubeconfig for the management cluster, as cluster-admin
+// (its chart binds a ClusterRole close to it; the RBAC it ships is not what is under test
+// here), and creates its --pod-namespace.
+func (k *RealKamaji) writeIdentity(ctx context.Context) error {
+	user, err := k.Mgmt.Env.AddUser(envtest.User{Name: "kamaji", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	kubeconfig, err := user.KubeConfig()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := writeFiles(dir, map[string][]byte{"kubeconfig": kubeconfig}); err != nil {
-		return nil, err
+	if err := writeFiles(k.Dir, map[string][]byte{"kubeconfig": kubeconfig}); err != nil {
+		return err
 	}
-	if err := mgmt.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: KamajiNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, err
+	if err := k.Mgmt.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: KamajiNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
 	}
+	return nil
+}
 
-	k.Runner, err = StartPodRunner(mgmt.Client, k.Proxy, PodRunnerOptions{
-		Dir:      filepath.Join(dir, "pods"),
-		Binaries: map[string]string{"kube-apiserver": filepath.Join(assets, "kube-apiserver")},
-	})
-	if err != nil {
-		return nil, err
-	}
-
+// startManager runs the Kamaji manager and waits until it serves (its webhook port
+// answers), 60 s at most.
+func (k *RealKamaji) startManager(bin, tmp string) error {
 	// Flags from cmd/manager/cmd.go of v1.0.0. cmdutils.CheckFlags refuses an empty
 	// --pod-namespace or --serviceaccount-name (they default to $POD_NAMESPACE and
 	// $SERVICE_ACCOUNT), and the default DataStore must exist before the manager starts
@@ -250,36 +302,33 @@ func StartRealKamaji(ctx context.Context, mgmt *Cluster, o RealKamajiOptions) (_
 		"--datastore=" + KamajiDataStoreName,
 		"--pod-namespace=" + KamajiNamespace,
 		"--serviceaccount-name=kamaji",
-		"--webhook-ca-path=" + filepath.Join(certDir, "ca.crt"),
-		"--tmp-directory=" + filepath.Join(dir, "kamaji-tmp"),
+		"--webhook-ca-path=" + filepath.Join(webhookCertDir(tmp), "ca.crt"),
+		"--tmp-directory=" + filepath.Join(k.Dir, "kamaji-tmp"),
 	}
 	// KUBECONFIG for ctrl.GetConfigOrDie; TMPDIR for the webhook certificates; the proxy
 	// for the soot manager, which reaches each ready plane at
 	// https://<tcp>.<ns>.svc:<port> (internal/utilities/tenant_client.go GetRESTClientConfig).
 	env := append(envWithout("KUBECONFIG", "TMPDIR", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"),
-		"KUBECONFIG="+filepath.Join(dir, "kubeconfig"), "TMPDIR="+tmp)
+		"KUBECONFIG="+filepath.Join(k.Dir, "kubeconfig"), "TMPDIR="+tmp)
 	env = append(env, k.Proxy.Env()...)
-	if k.kamaji, err = startHostProcess("kamaji", bin, args, env, filepath.Join(dir, "kamaji.log")); err != nil {
-		return nil, err
+	var err error
+	if k.kamaji, err = startHostProcess("kamaji", bin, args, env, filepath.Join(k.Dir, "kamaji.log")); err != nil {
+		return err
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if k.kamaji.exited() {
-			return nil, k.kamaji.exitError()
+			return k.kamaji.exitError()
 		}
 		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", KamajiWebhookPort), time.Second); err == nil {
 			_ = c.Close()
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("kamaji did not start serving in 60s; log %s ends:\n%s", k.kamaji.log, k.kamaji.tail(30))
+			return fmt.Errorf("kamaji did not start serving in 60s; log %s ends:\n%s", k.kamaji.log, k.kamaji.tail(30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err := k.registerDefaulting(ctx, webhookCA.certPEM); err != nil {
-		return nil, err
-	}
-	return k, nil
 }
 
 // kamajiMutatingWebhook is the name of the MutatingWebhookConfiguration Kamaji's chart

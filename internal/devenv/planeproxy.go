@@ -88,7 +88,17 @@ func (p *PlaneProxy) Close() error { return p.server.Close() }
 // and says so if it did not.
 func (p *PlaneProxy) Export() error {
 	u := p.URL().String()
-	for _, k := range []string{"HTTPS_PROXY", "https_proxy"} {
+	outsideMu.Lock()
+	if outside == nil {
+		outside = map[string]string{}
+		for _, k := range proxyVars {
+			if v, ok := os.LookupEnv(k); ok {
+				outside[k] = v
+			}
+		}
+	}
+	outsideMu.Unlock()
+	for _, k := range proxyVars {
 		if err := os.Setenv(k, u); err != nil {
 			return err
 		}
@@ -104,6 +114,36 @@ func (p *PlaneProxy) Export() error {
 			"excludes .svc names", got, u)
 	}
 	return nil
+}
+
+// proxyVars are the variables Export sets.
+var proxyVars = []string{"HTTPS_PROXY", "https_proxy"}
+
+// outside holds proxyVars as they were before the first Export (unset ones absent); nil
+// until then.
+var (
+	outsideMu sync.Mutex
+	outside   map[string]string
+)
+
+// OutsideEnv is the environment for a child process that must reach the outside world
+// rather than planes: the go command fetching modules, the test/tools scripts that build
+// with it. It is this process's, with the proxy settings it had before Export: the plane
+// proxy refuses every address it does not route (502 Bad Gateway), so a module fetch
+// through it fails.
+func OutsideEnv() []string {
+	outsideMu.Lock()
+	defer outsideMu.Unlock()
+	if outside == nil {
+		return os.Environ()
+	}
+	env := envWithout(proxyVars...)
+	for _, k := range proxyVars {
+		if v, ok := outside[k]; ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
 }
 
 // Env is the environment a child process (Kamaji) needs to use the proxy.

@@ -9,12 +9,15 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -23,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -35,13 +39,23 @@ const (
 	kamajiComponentLabel = "kamaji.clastix.io/component"
 )
 
-// kamajiAPIServerContainer is the container name Kamaji gives the kube-apiserver
-// (internal/builders/controlplane/deployment.go apiServerContainerName).
-const kamajiAPIServerContainer = "kube-apiserver"
+// The container names Kamaji gives the control plane (internal/builders/controlplane/
+// deployment.go apiServerContainerName, controlPlaneContainerName, schedulerContainerName).
+const (
+	kamajiAPIServerContainer         = "kube-apiserver"
+	kamajiControllerManagerContainer = "kube-controller-manager"
+	kamajiSchedulerContainer         = "kube-scheduler"
+)
+
+// companionContainers are the containers the runner runs next to the kube-apiserver, in
+// this order, when it has a binary for their image: clients of that apiserver whose flags
+// and kubeconfigs it knows how to point at it (see companionArgs).
+var companionContainers = []string{kamajiControllerManagerContainer, kamajiSchedulerContainer}
 
 // PodRunner is a test-only stand-in for the kubelet and the Deployment controller, for
-// the control-plane Deployments Kamaji makes: it runs each one's kube-apiserver container
-// as a host process and reports the Deployment's status as those two would.
+// the control-plane Deployments Kamaji makes: it runs each one's kube-apiserver container,
+// and next to it the kube-controller-manager and kube-scheduler containers, as host
+// processes and reports the Deployment's status as those two would.
 //
 // For each Deployment labelled by Kamaji it
 //   - materialises the container's volumes (projected and plain Secrets and ConfigMaps,
@@ -54,8 +68,21 @@ const kamajiAPIServerContainer = "kube-apiserver"
 //     sets --bind-address=127.0.0.1 and a --secure-port of its own (Kamaji sets
 //     networkProfile.port, 6443 for every plane), and drops --egress-selector-config-file
 //     (konnectivity does not run here);
-//   - maps the container image (registry.k8s.io/kube-apiserver:<tcp version>) to a local
-//     binary by the image's name, whatever its tag: every plane runs the kube-apiserver
+//   - runs the kube-controller-manager and kube-scheduler containers of the same pod
+//     template next to that process (when Binaries has their images), as a pod's
+//     containers share its network namespace: each binds 127.0.0.1 on a --secure-port of
+//     its own (Kamaji sets --bind-address=0.0.0.0 and leaves the default ports, 10257 and
+//     10259, which two planes on one host would both want), and the kubeconfigs Kamaji
+//     gives them (<tcp>-controller-manager-kubeconfig and <tcp>-scheduler-kubeconfig,
+//     mounted at /etc/kubernetes, server https://127.0.0.1:<networkProfile.port>:
+//     internal/resources/kubeconfig.go localhostAsAdvertiseAddress) are rewritten to the
+//     loopback port of the kube-apiserver of their own pod. The controller-manager makes
+//     the plane a working control plane: each namespace's default ServiceAccount (without
+//     which the ServiceAccount admission plugin refuses every pod) and kube-root-ca.crt,
+//     quota usage, garbage collection, namespace deletion. Each restarts on its own when it
+//     exits (restartPolicy Always), while the kube-apiserver serves on;
+//   - maps each container image (registry.k8s.io/kube-apiserver:<tcp version>, ...) to a
+//     local binary by the image's name, whatever its tag: every plane runs the binaries
 //     test/tools/build.sh built, not the version the TenantControlPlane asks for;
 //   - probes the container's readiness probe path (/readyz) over HTTPS without verifying
 //     the certificate, as the kubelet does, and patches the Deployment's status:
@@ -76,10 +103,17 @@ const kamajiAPIServerContainer = "kube-apiserver"
 //   - plays the one part of the garbage collector (which envtest lacks) that matters
 //     here: a Deployment whose TenantControlPlane is gone is deleted, so its pod stops.
 //
-// What it does not do: one process stands for all spec.replicas (the status reports
-// them all ready together); the scheduler, controller-manager and konnectivity-server
-// containers do not run (no kubelet, no nodes: nothing for them to do here); no pods
-// exist in the API; Kamaji's other objects outlive their TenantControlPlane.
+// What it does not do: one process per container stands for all spec.replicas (the
+// status reports them all ready together; the controller-manager and scheduler still
+// elect a leader, as their --leader-elect=true asks, which matters only while a rollout
+// runs two pods); the Deployment's readiness is the kube-apiserver's readiness probe
+// alone: the controller-manager's and scheduler's startup probes (/healthz) are run and
+// shown by Describe, but neither gates the status, since with one process standing for
+// every replica a restart of one container would make all of them unavailable at once;
+// liveness probes are not run (a process is restarted when it exits, not when it stops
+// answering); the konnectivity-server container does not run (no nodes, no agents), nor
+// any container whose image has no binary in Binaries; no pods exist in the API;
+// Kamaji's other objects outlive their TenantControlPlane.
 type PodRunner struct {
 	client   client.Client
 	proxy    *PlaneProxy
@@ -100,7 +134,9 @@ type PodRunner struct {
 type PodRunnerOptions struct {
 	// Dir holds each pod's materialised volumes and process log.
 	Dir string
-	// Binaries maps an image name (its last path element, no tag) to a local binary.
+	// Binaries maps an image name (its last path element, no tag) to a local binary. The
+	// kube-apiserver's is required; a companion container (the controller-manager, the
+	// scheduler) whose image is not in it does not run.
 	Binaries map[string]string
 	// Interval between two passes over the Deployments; 200 ms when zero.
 	Interval time.Duration
@@ -122,13 +158,35 @@ type runnerPod struct {
 	routedTo string
 }
 
-// instance is one kube-apiserver process: one pod of one pod template.
+// instance is one pod of one pod template: its kube-apiserver process and the companion
+// containers run next to it.
 type instance struct {
-	proc     *hostProcess
-	port     int
-	template string
-	ready    bool
+	proc       *hostProcess // the kube-apiserver
+	port       int
+	template   string
+	ready      bool
+	companions []*companion
+	// stopping is set once the instance is being stopped: its companions are not
+	// restarted any more.
+	stopping atomic.Bool
 }
+
+// companion is a container of the pod other than the kube-apiserver (the controller-
+// manager, the scheduler), restarted on its own when it exits, as the kubelet restarts
+// one container of a pod. Its fields are guarded by the runner's mu.
+type companion struct {
+	name, bin, log string
+	args, env      []string
+	port           int
+	probe          string // its startup probe's path, over HTTPS on port
+	proc           *hostProcess
+	started        bool // the startup probe passed since the process last started
+	restarts       int
+	nextTry        time.Time
+	lastErr        error
+}
+
+func (c *companion) addr() string { return "127.0.0.1:" + strconv.Itoa(c.port) }
 
 func (i *instance) addr() string { return "127.0.0.1:" + strconv.Itoa(i.port) }
 
@@ -179,14 +237,24 @@ func (r *PodRunner) remove(p *runnerPod) {
 	p.cur, p.next = nil, nil
 }
 
-// stopLater stops an instance in the background, as the kubelet ends a pod (SIGTERM, then
-// SIGKILL after the grace period); Stop waits for every one.
+// stopLater stops an instance in the background, as the kubelet ends a pod (SIGTERM to
+// every container, then SIGKILL after the grace period); Stop waits for every one. Only
+// the loop (or Stop, once the loop has ended) calls it, with or without r.mu, and only the
+// loop starts a companion's process: reading them here races with nothing, and none is
+// restarted after it.
 func (r *PodRunner) stopLater(i *instance) {
-	r.stopping.Add(1)
-	go func() {
-		defer r.stopping.Done()
-		i.proc.stop(30 * time.Second)
-	}()
+	i.stopping.Store(true)
+	procs := []*hostProcess{i.proc}
+	for _, c := range i.companions {
+		procs = append(procs, c.proc)
+	}
+	for _, proc := range procs {
+		r.stopping.Add(1)
+		go func() {
+			defer r.stopping.Done()
+			proc.stop(30 * time.Second)
+		}()
+	}
 }
 
 // APIServer is the loopback address where the Deployment namespace/name's kube-apiserver
@@ -231,6 +299,12 @@ func (r *PodRunner) Describe(namespace, name string) string {
 	for what, i := range map[string]*instance{"serving": p.cur, "rolling out": p.next} {
 		if i != nil {
 			s += fmt.Sprintf("\n%s: %s template %s ready %t; log ends:\n%s", what, i.addr(), i.template, i.ready, i.proc.tail(10))
+			for _, c := range i.companions {
+				s += fmt.Sprintf("\n  %s at %s: started %t, restarts %d, last error %v", c.name, c.addr(), c.started, c.restarts, c.lastErr)
+				if c.proc != nil {
+					s += "; log ends:\n" + c.proc.tail(5)
+				}
+			}
 		}
 	}
 	return s
@@ -309,34 +383,7 @@ func (r *PodRunner) syncOne(ctx context.Context, d *appsv1.Deployment) {
 		p = &runnerPod{key: key, tcp: d.Labels[kamajiNameLabel], dir: filepath.Join(r.dir, d.Namespace+"_"+d.Name)}
 		r.pods[key] = p
 	}
-	// A dead container is restarted in place with back-off, as restartPolicy Always
-	// (1 s, 2 s, ... 16 s); a pod rolling out replaces a dead one at once.
-	if p.cur != nil && p.cur.proc.exited() {
-		p.lastErr = p.cur.proc.exitError()
-		r.proxy.Unroute(p.cur.addr())
-		p.cur = nil
-		p.restarts++
-		p.nextTry = time.Now().Add(time.Duration(1<<min(p.restarts-1, 4)) * time.Second)
-	}
-	if p.next != nil && p.next.proc.exited() {
-		p.lastErr = p.next.proc.exitError()
-		p.next = nil
-		p.restarts++
-		p.nextTry = time.Now().Add(time.Duration(1<<min(p.restarts-1, 4)) * time.Second)
-	}
-	if p.next != nil && p.next.template != template {
-		// Superseded before it was ready.
-		r.stopLater(p.next)
-		p.next = nil
-	}
-	if p.cur == nil && p.next != nil {
-		p.cur, p.next = p.next, nil
-	}
-	// What to start: the first pod, a replacement for a dead one, or the new template's
-	// pod next to the serving one (Kamaji's default strategy is maxSurge 100%,
-	// maxUnavailable 0: deployment.go setStrategy).
-	startCur := p.cur == nil
-	startNext := p.cur != nil && p.cur.template != template && p.next == nil
+	startCur, startNext := r.reap(p, template)
 	due := time.Now().After(p.nextTry)
 	r.mu.Unlock()
 
@@ -356,8 +403,54 @@ func (r *PodRunner) syncOne(ctx context.Context, d *appsv1.Deployment) {
 		r.mu.Unlock()
 	}
 
+	cur, next := r.probeAndPromote(d, p)
+	r.tend(d, cur)
+	r.tend(d, next)
+	r.route(ctx, d, p, cur)
+	if err := r.reportStatus(ctx, d, template, cur, next); err != nil {
+		r.mu.Lock()
+		p.lastErr = fmt.Errorf("patching the Deployment status: %w", err)
+		r.mu.Unlock()
+	}
+}
+
+// reap drops p's exited pods and a rollout superseded before it was ready, and says what
+// to start: the first pod or a replacement for a dead one (startCur), or the new
+// template's pod next to the serving one (startNext; Kamaji's default strategy is
+// maxSurge 100%, maxUnavailable 0: deployment.go setStrategy). r.mu is held.
+func (r *PodRunner) reap(p *runnerPod, template string) (startCur, startNext bool) {
+	// A dead container is restarted in place with back-off, as restartPolicy Always
+	// (1 s, 2 s, ... 16 s); a pod rolling out replaces a dead one at once.
+	died := func(i *instance) {
+		p.lastErr = i.proc.exitError()
+		p.restarts++
+		p.nextTry = time.Now().Add(time.Duration(1<<min(p.restarts-1, 4)) * time.Second)
+	}
+	if p.cur != nil && p.cur.proc.exited() {
+		died(p.cur)
+		r.proxy.Unroute(p.cur.addr())
+		p.cur = nil
+	}
+	if p.next != nil && p.next.proc.exited() {
+		died(p.next)
+		p.next = nil
+	}
+	if p.next != nil && p.next.template != template {
+		r.stopLater(p.next)
+		p.next = nil
+	}
+	if p.cur == nil && p.next != nil {
+		p.cur, p.next = p.next, nil
+	}
+	return p.cur == nil, p.cur != nil && p.cur.template != template && p.next == nil
+}
+
+// probeAndPromote runs the readiness probe of p's pods; once the rolling-out pod is
+// ready it takes the traffic and the old one goes. It returns the pods serving and
+// rolling out after that.
+func (r *PodRunner) probeAndPromote(d *appsv1.Deployment, p *runnerPod) (cur, next *instance) {
 	r.mu.Lock()
-	cur, next := p.cur, p.next
+	cur, next = p.cur, p.next
 	r.mu.Unlock()
 	curReady := cur != nil && !cur.proc.exited() && r.ready(d, cur.addr())
 	nextReady := next != nil && !next.proc.exited() && r.ready(d, next.addr())
@@ -369,22 +462,15 @@ func (r *PodRunner) syncOne(ctx context.Context, d *appsv1.Deployment) {
 	if next != nil {
 		next.ready = nextReady
 		if nextReady && p.next == next {
-			// The new pod is ready: it takes the traffic, the old one goes.
 			old, p.cur, p.next = p.cur, next, nil
 			cur, next = p.cur, nil
-			curReady = true
 		}
 	}
 	r.mu.Unlock()
 	if old != nil {
 		r.stopLater(old)
 	}
-	r.route(ctx, d, p, cur)
-	if err := r.reportStatus(ctx, d, template, cur, next); err != nil {
-		r.mu.Lock()
-		p.lastErr = fmt.Errorf("patching the Deployment status: %w", err)
-		r.mu.Unlock()
-	}
+	return cur, next
 }
 
 // templateHash identifies the pod template a process was started from.
@@ -394,15 +480,13 @@ func templateHash(d *appsv1.Deployment) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// start materialises the kube-apiserver container of d and runs it on a port of its own.
+// start materialises the containers of d's pod template that it runs (the kube-apiserver
+// and its companions) and starts them, each on a port of its own. As the kubelet keeps a
+// pod in ContainerCreating until every volume can be mounted, nothing starts until all
+// of them are there.
 func (r *PodRunner) start(ctx context.Context, d *appsv1.Deployment, p *runnerPod, template string) (*instance, error) {
 	spec := d.Spec.Template.Spec
-	var container *corev1.Container
-	for i := range spec.Containers {
-		if spec.Containers[i].Name == kamajiAPIServerContainer {
-			container = &spec.Containers[i]
-		}
-	}
+	container := podContainer(spec, kamajiAPIServerContainer)
 	if container == nil {
 		return nil, fmt.Errorf("deployment %s/%s has no %s container", d.Namespace, d.Name, kamajiAPIServerContainer)
 	}
@@ -410,40 +494,207 @@ func (r *PodRunner) start(ctx context.Context, d *appsv1.Deployment, p *runnerPo
 	if !ok {
 		return nil, fmt.Errorf("no local binary for image %s", container.Image)
 	}
-	addr, err := FreeAddr()
+	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	_, portStr, _ := net.SplitHostPort(addr)
-	port, _ := strconv.Atoi(portStr)
 	r.mu.Lock()
 	p.seq++
 	dir := filepath.Join(p.dir, strconv.Itoa(p.seq))
 	r.mu.Unlock()
-	mounts, err := materialise(ctx, r.client, d.Namespace, spec, *container, filepath.Join(dir, "volumes"))
+	volumes := filepath.Join(dir, "volumes")
+	args, env, err := r.containerArgs(ctx, d, *container, volumes, port)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "args"), []byte(strings.Join(args, "\n")+"\n"), 0o600)
+	}
+	var companions []*companion
+	if err == nil {
+		companions, err = r.companions(ctx, d, dir, volumes, "127.0.0.1:"+strconv.Itoa(port))
+	}
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	var args []string
-	if len(container.Command) > 1 {
-		args = append(args, container.Command[1:]...)
-	}
-	args = runnerArgs(append(args, container.Args...), mounts, port)
-	env := envWithout("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
-	for _, e := range container.Env {
-		if e.ValueFrom == nil {
-			env = append(env, e.Name+"="+e.Value)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "args"), []byte(strings.Join(args, "\n")+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	proc, err := startHostProcess("kube-apiserver of "+d.Namespace+"/"+d.Name, bin, args, env, filepath.Join(dir, "kube-apiserver.log"))
 	if err != nil {
 		return nil, err
 	}
-	return &instance{proc: proc, port: port, template: template}, nil
+	i := &instance{proc: proc, port: port, template: template, companions: companions}
+	r.mu.Lock()
+	for _, c := range companions {
+		r.startCompanion(d, c)
+	}
+	r.mu.Unlock()
+	return i, nil
+}
+
+// containerArgs materialises a container's volumes under root and returns its arguments
+// for a host process (runnerArgs: paths rewritten, 127.0.0.1 and port to listen on) and
+// its environment (this process's without a proxy, and the container's literal values).
+func (r *PodRunner) containerArgs(ctx context.Context, d *appsv1.Deployment, container corev1.Container, root string, port int) (args, env []string, err error) {
+	mounts, err := materialise(ctx, r.client, d.Namespace, d.Spec.Template.Spec, container, root)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(container.Command) > 1 {
+		args = append(args, container.Command[1:]...)
+	}
+	args = runnerArgs(append(args, container.Args...), mounts, port)
+	env = envWithout("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
+	for _, e := range container.Env {
+		if e.ValueFrom == nil {
+			env = append(env, e.Name+"="+e.Value)
+		}
+	}
+	return args, env, nil
+}
+
+// companions prepares the companion containers of d's pod template that have a binary:
+// their volumes (shared with the kube-apiserver's where they mount the same one), their
+// arguments, and their kubeconfigs pointed at apiserver, the kube-apiserver of their pod.
+func (r *PodRunner) companions(ctx context.Context, d *appsv1.Deployment, dir, volumes, apiserver string) ([]*companion, error) {
+	var out []*companion
+	for _, name := range companionContainers {
+		container := podContainer(d.Spec.Template.Spec, name)
+		if container == nil {
+			continue
+		}
+		bin, ok := r.binaries[imageName(container.Image)]
+		if !ok {
+			continue
+		}
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		args, env, err := r.containerArgs(ctx, d, *container, volumes, port)
+		if err != nil {
+			return nil, fmt.Errorf("container %s: %w", name, err)
+		}
+		if err := pointKubeconfigsAt(args, apiserver); err != nil {
+			return nil, fmt.Errorf("container %s: %w", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".args"), []byte(strings.Join(args, "\n")+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		out = append(out, &companion{name: name, bin: bin, args: args, env: env, port: port,
+			probe: startupProbePath(*container), log: filepath.Join(dir, name+".log")})
+	}
+	return out, nil
+}
+
+// startCompanion starts a companion's process (r.mu is held); a failure is retried by tend.
+func (r *PodRunner) startCompanion(d *appsv1.Deployment, c *companion) {
+	proc, err := startHostProcess(c.name+" of "+d.Namespace+"/"+d.Name, c.bin, c.args, c.env, c.log)
+	if err != nil {
+		c.lastErr = err
+		c.nextTry = time.Now().Add(time.Second)
+		return
+	}
+	c.proc, c.started = proc, false
+}
+
+// tend restarts the instance's companions that exited, with the back-off of restartPolicy
+// Always (1 s, 2 s, ... 16 s), and runs the startup probe of those not started yet.
+func (r *PodRunner) tend(d *appsv1.Deployment, i *instance) {
+	if i == nil || i.stopping.Load() {
+		return
+	}
+	var probe []*companion
+	r.mu.Lock()
+	for _, c := range i.companions {
+		if c.proc != nil && c.proc.exited() {
+			c.lastErr = c.proc.exitError()
+			c.proc, c.started = nil, false
+			c.restarts++
+			c.nextTry = time.Now().Add(time.Duration(1<<min(c.restarts-1, 4)) * time.Second)
+		}
+		if c.proc == nil && time.Now().After(c.nextTry) {
+			r.startCompanion(d, c)
+		}
+		if c.proc != nil && !c.started {
+			probe = append(probe, c)
+		}
+	}
+	r.mu.Unlock()
+	for _, c := range probe {
+		if r.get("https://" + c.addr() + c.probe) {
+			r.mu.Lock()
+			c.started = true
+			r.mu.Unlock()
+		}
+	}
+}
+
+// podContainer is the named container of spec, or nil.
+func podContainer(spec corev1.PodSpec, name string) *corev1.Container {
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == name {
+			return &spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+// startupProbePath is the path of a container's HTTP startup probe (Kamaji gives the
+// controller-manager and the scheduler /healthz), else of its liveness probe, else
+// /healthz.
+func startupProbePath(c corev1.Container) string {
+	for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe} {
+		if p != nil && p.HTTPGet != nil && p.HTTPGet.Path != "" {
+			return p.HTTPGet.Path
+		}
+	}
+	return "/healthz"
+}
+
+// freePort is a free loopback port.
+func freePort() (int, error) {
+	addr, err := FreeAddr()
+	if err != nil {
+		return 0, err
+	}
+	_, portStr, _ := net.SplitHostPort(addr)
+	return strconv.Atoi(portStr)
+}
+
+// kubeconfigFlags are the flags by which the controller-manager and the scheduler read a
+// kubeconfig (Kamaji passes the same file to all three).
+var kubeconfigFlags = []string{"--kubeconfig", "--authentication-kubeconfig", "--authorization-kubeconfig"}
+
+// pointKubeconfigsAt rewrites, in the materialised kubeconfigs args name, every cluster
+// whose server is on loopback (Kamaji's https://127.0.0.1:<networkProfile.port>: the
+// kube-apiserver of the same pod) to apiserver, where that kube-apiserver listens here.
+// A server elsewhere is refused: nothing routes it from a companion (it runs without the
+// plane proxy).
+func pointKubeconfigsAt(args []string, apiserver string) error {
+	done := map[string]bool{}
+	for _, a := range args {
+		name, path, ok := strings.Cut(a, "=")
+		if !ok || !slices.Contains(kubeconfigFlags, name) || done[path] {
+			continue
+		}
+		done[path] = true
+		cfg, err := clientcmd.LoadFromFile(path)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		for cname, cluster := range cfg.Clusters {
+			u, err := url.Parse(cluster.Server)
+			if err != nil {
+				return fmt.Errorf("%s: cluster %s: %w", name, cname, err)
+			}
+			if host := u.Hostname(); host != "localhost" && !net.ParseIP(host).IsLoopback() {
+				return fmt.Errorf("%s: cluster %s names %s, not the kube-apiserver of its own pod on loopback", name, cname, cluster.Server)
+			}
+			u.Host = apiserver
+			cluster.Server = u.String()
+		}
+		if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // imageName is an image reference's last path element without tag or digest:
@@ -609,15 +860,18 @@ func keyFiles(data map[string][]byte, items []corev1.KeyToPath, what string, int
 	return nil
 }
 
-// ready runs the container's readiness probe against the process.
+// ready runs the kube-apiserver container's readiness probe against the process.
 func (r *PodRunner) ready(d *appsv1.Deployment, addr string) bool {
 	path := "/readyz"
-	for _, c := range d.Spec.Template.Spec.Containers {
-		if c.Name == kamajiAPIServerContainer && c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil {
-			path = c.ReadinessProbe.HTTPGet.Path
-		}
+	if c := podContainer(d.Spec.Template.Spec, kamajiAPIServerContainer); c != nil && c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil {
+		path = c.ReadinessProbe.HTTPGet.Path
 	}
-	resp, err := r.probe.Get("https://" + addr + path)
+	return r.get("https://" + addr + path)
+}
+
+// get is one HTTPS probe, as the kubelet runs one: 200 passes.
+func (r *PodRunner) get(u string) bool {
+	resp, err := r.probe.Get(u)
 	if err != nil {
 		return false
 	}

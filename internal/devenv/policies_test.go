@@ -9,12 +9,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cozystack/computeplane/controllers/computeplane"
+
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 )
@@ -129,14 +130,14 @@ func TestShippedRBACHoldsNoClusterWideSecrets(t *testing.T) {
 			if role == nil {
 				t.Fatalf("%s binds %s, which config/default does not ship", b.Name, b.RoleRef.Name)
 			}
-			bindable := []string{controllers.SecretsRole, controllers.AutoscalerManagerRole, render.AutoscalerClusterRole}
+			bindable := []string{computeplane.SecretsRole, computeplane.AutoscalerManagerRole, render.AutoscalerClusterRole}
 			for _, rule := range role.Rules {
 				if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "*") {
 					t.Errorf("ClusterRole %s gives the operator Secrets cluster-wide: %+v", role.Name, rule)
 				}
 				// A Deployment (or pod) creator runs anything as any ServiceAccount of its
 				// namespace: the operator takes such rights one infrastructure namespace
-				// at a time (controllers.AutoscalerManagerRole), never cluster-wide.
+				// at a time (computeplane.AutoscalerManagerRole), never cluster-wide.
 				for _, res := range []string{"deployments", "serviceaccounts", "pods", "replicasets", "daemonsets", "statefulsets", "jobs", "cronjobs"} {
 					if slices.Contains(rule.Resources, res) && slices.ContainsFunc(rule.Verbs, func(v string) bool { return v != "get" && v != "list" && v != "watch" }) {
 						t.Errorf("ClusterRole %s lets the operator write %s cluster-wide: %+v", role.Name, res, rule)
@@ -168,9 +169,9 @@ func TestShippedRBACHoldsNoClusterWideSecrets(t *testing.T) {
 	}
 	// The operator's rights on the autoscaler, bound in infrastructure namespaces only:
 	// no Secret, no wildcard, no RBAC but the autoscaler's binding.
-	manager := roles[controllers.AutoscalerManagerRole]
+	manager := roles[computeplane.AutoscalerManagerRole]
 	if manager == nil {
-		t.Errorf("config/default ships no %s role", controllers.AutoscalerManagerRole)
+		t.Errorf("config/default ships no %s role", computeplane.AutoscalerManagerRole)
 	} else {
 		for _, rule := range manager.Rules {
 			if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "*") || slices.Contains(rule.Verbs, "*") ||
@@ -180,8 +181,8 @@ func TestShippedRBACHoldsNoClusterWideSecrets(t *testing.T) {
 			}
 		}
 	}
-	secrets := roles[controllers.SecretsRole]
+	secrets := roles[computeplane.SecretsRole]
 	if secrets == nil || len(secrets.Rules) != 1 || !slices.Equal(secrets.Rules[0].Resources, []string{"secrets"}) {
-		t.Errorf("config/default ships no %s role of Secret rights alone: %+v", controllers.SecretsRole, secrets)
+		t.Errorf("config/default ships no %s role of Secret rights alone: %+v", computeplane.SecretsRole, secrets)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -117,11 +118,22 @@ func LoadUpstreamCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 }
 
 // moduleDir returns the module's directory in the module cache. It runs outside any
-// module so that go.mod and go.sum of the project are never touched.
-func moduleDir(module, version string) (string, error) {
+// module so that go.mod and go.sum of the project are never touched, and not through the
+// plane proxy (OutsideEnv). The module proxy sometimes answers 502 Bad Gateway on a first
+// fetch and the next try works: a failed download is tried again, five times in all.
+func moduleDir(module, version string) (dir string, err error) {
+	for try := 1; ; try++ {
+		if dir, err = downloadModule(module, version); err == nil || try == 5 {
+			return dir, err
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+func downloadModule(module, version string) (string, error) {
 	cmd := exec.Command("go", "mod", "download", "-json", module+"@"+version)
 	cmd.Dir = os.TempDir()
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GO111MODULE=on")
+	cmd.Env = append(OutsideEnv(), "GOFLAGS=-mod=mod", "GO111MODULE=on")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

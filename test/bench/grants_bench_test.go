@@ -15,8 +15,8 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
-	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/netpol"
+	"github.com/cozystack/computeplane/test/testkit"
 )
 
 // BenchmarkGrantsGeneration times the pure generation of a plane's grant policy.
@@ -44,7 +44,7 @@ func BenchmarkGrantsGeneration(b *testing.B) {
 func BenchmarkGrantsApply(b *testing.B) {
 	for _, n := range []int{1, 100, 1000} {
 		b.Run(fmt.Sprintf("grants=%d", n), func(b *testing.B) {
-			m := devenv.NewMeans(b)
+			m := testkit.NewMeans(b)
 			defer m.Report()
 			for b.Loop() {
 				benchmarkGrantsApply(b, m, n)
@@ -53,7 +53,7 @@ func BenchmarkGrantsApply(b *testing.B) {
 	}
 }
 
-func benchmarkGrantsApply(b *testing.B, m *devenv.Means, n int) {
+func benchmarkGrantsApply(b *testing.B, m *testkit.Means, n int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	op := newOperator(b, ctx, nil)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/tenancy"
+
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -21,6 +23,7 @@ import (
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/netpol"
+	"github.com/cozystack/computeplane/test/testkit"
 )
 
 // BenchmarkHardening measures, with a real tenant apiserver per plane (the dev provider
@@ -40,7 +43,7 @@ func BenchmarkHardening(b *testing.B) {
 
 	c := mgmt.Client
 	class := op.createClass(b, ctx, "bench-harden")
-	m := devenv.NewMeans(b)
+	m := testkit.NewMeans(b)
 	defer m.Report()
 	round := 0
 	for b.Loop() {
@@ -132,7 +135,7 @@ func BenchmarkHardening(b *testing.B) {
 		// The plane's etcd dies while its apiserver stays up: the gate must close (and
 		// the applier credential go), then reopen once etcd is back.
 		plane := provider.Tenant(types.NamespacedName{Namespace: infra, Name: "plane"})
-		secretKey := client.ObjectKey{Namespace: ns, Name: render.ApplierSecretName(p)}
+		secretKey := client.ObjectKey{Namespace: ns, Name: tenancy.ApplierSecretName(p)}
 		start := time.Now()
 		if err := plane.StopEtcd(); err != nil {
 			b.Fatal(err)
@@ -162,7 +165,7 @@ func operatorClient(b *testing.B, ctx context.Context, c client.Client, ns strin
 // until polls cond every 5 ms (the figures are in milliseconds) and returns when it held.
 func until(b *testing.B, cond func() bool) time.Time {
 	b.Helper()
-	devenv.Poll(b, time.Minute, 5*time.Millisecond, func() error {
+	testkit.Poll(b, time.Minute, 5*time.Millisecond, func() error {
 		if cond() {
 			return nil
 		}

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/internal/devenv"
+	"github.com/cozystack/computeplane/test/testkit"
 )
 
 // The operator's logs are dropped unless BENCH_LOGS is set (to look into a figure;
@@ -83,7 +83,7 @@ func BenchmarkReconcileToSettled(b *testing.B) {
 
 	for _, n := range []int{10, 100, 500} {
 		b.Run(fmt.Sprintf("planes=%d", n), func(b *testing.B) {
-			m := devenv.NewMeans(b)
+			m := testkit.NewMeans(b)
 			defer m.Report()
 			for b.Loop() {
 				round++

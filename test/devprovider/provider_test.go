@@ -20,6 +20,7 @@ import (
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/devprovider"
+	"github.com/cozystack/computeplane/test/testkit"
 )
 
 // TestProviderReportsLikeKamaji: a KamajiControlPlane gets a running tenant apiserver,
@@ -113,7 +114,7 @@ func TestProviderReportsLikeKamaji(t *testing.T) {
 
 func poll(t *testing.T, f func() error) {
 	t.Helper()
-	devenv.Eventually(t, 30*time.Second, f)
+	testkit.Eventually(t, 30*time.Second, f)
 }
 
 // TestSharedProviderServesPlanesFromOneAPIServer: with Shared, two planes get one tenant

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
-	"github.com/cozystack/computeplane/internal/devenv"
+	"github.com/cozystack/computeplane/test/testkit"
 )
 
 // operatorWrites counts every request of the operator that is not a read.
@@ -42,7 +42,7 @@ func (w *writeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 func BenchmarkPlacement(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("releases=%d", n), func(b *testing.B) {
-			m := devenv.NewMeans(b)
+			m := testkit.NewMeans(b)
 			defer m.Report()
 			for b.Loop() {
 				benchmarkPlacement(b, m, n)
@@ -51,7 +51,7 @@ func BenchmarkPlacement(b *testing.B) {
 	}
 }
 
-func benchmarkPlacement(b *testing.B, m *devenv.Means, n int) {
+func benchmarkPlacement(b *testing.B, m *testkit.Means, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	className := "bench-" + rand.String(6)
@@ -132,7 +132,7 @@ func waitFor(b *testing.B, ctx context.Context, cond func() bool) {
 func BenchmarkTeardown(b *testing.B) {
 	for _, n := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("releases=%d", n), func(b *testing.B) {
-			m := devenv.NewMeans(b)
+			m := testkit.NewMeans(b)
 			defer m.Report()
 			for b.Loop() {
 				benchmarkTeardown(b, m, n)
@@ -141,7 +141,7 @@ func BenchmarkTeardown(b *testing.B) {
 	}
 }
 
-func benchmarkTeardown(b *testing.B, m *devenv.Means, n int) {
+func benchmarkTeardown(b *testing.B, m *testkit.Means, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	p := newPlane(b, ctx)

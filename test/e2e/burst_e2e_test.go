@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/tenancy"
+	"github.com/cozystack/computeplane/remote/posture"
+
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -23,7 +26,6 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
-	"github.com/cozystack/computeplane/remote"
 	"github.com/cozystack/computeplane/test/gateaudit"
 )
 
@@ -147,9 +149,9 @@ func create(t *testing.T, ctx context.Context, obj client.Object) {
 // made.
 func flap(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, n int) int {
 	plane := planeClient(t, ctx, p)
-	names := remote.PolicyNames()
+	names := posture.PolicyNames()
 	done := 0
-	secretKey := client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}
+	secretKey := client.ObjectKey{Namespace: p.Namespace, Name: tenancy.ApplierSecretName(p)}
 	for i := range n {
 		time.Sleep(time.Duration(500+rand.IntN(1500)) * time.Millisecond)
 		before := &corev1.Secret{}
@@ -192,7 +194,7 @@ func checkGateInAudit(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) g
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := gateaudit.Judge(events, p.Namespace, remote.PolicyNames())
+	g := gateaudit.Judge(events, p.Namespace, posture.PolicyNames())
 	for _, v := range g.Violations {
 		t.Errorf("plane %s: %s", p.Namespace, v)
 	}

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/tenancy"
+
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"github.com/fluxcd/pkg/apis/meta"
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +41,7 @@ import (
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/devprovider"
 	"github.com/cozystack/computeplane/test/operatortest"
+	"github.com/cozystack/computeplane/test/testkit"
 )
 
 var (
@@ -175,18 +178,18 @@ const settle = 60 * time.Second
 // releases), failing the test with f's last error.
 func eventually(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
-	devenv.Poll(t, timeout, 100*time.Millisecond, f)
+	testkit.Poll(t, timeout, 100*time.Millisecond, f)
 }
 
 // newPlane creates a tenant namespace and a ComputePlane of the suite's class in it
 // (the dev provider brings a real plane apiserver up for it).
 func newPlane(t testing.TB, ctx context.Context, mut ...func(*cpv1.ComputePlane)) *cpv1.ComputePlane {
 	t.Helper()
-	return devenv.NewTenantPlane(t, ctx, k8s, class.Name, mut...)
+	return testkit.NewTenantPlane(t, ctx, k8s, class.Name, mut...)
 }
 
 func planeReady(ctx context.Context, p *cpv1.ComputePlane) func() error {
-	return devenv.ReadyIs(ctx, k8s, p, metav1.ConditionTrue)
+	return testkit.ReadyIs(ctx, k8s, p, metav1.ConditionTrue)
 }
 
 // planeClient talks to the plane's apiserver as its administrator (what the test
@@ -366,7 +369,7 @@ func TestClosedGateHoldsUpgradesAndDeletions(t *testing.T) {
 	}
 
 	setMaxReplicas(t, ctx, p, 99) // closes the gate
-	secret := client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}
+	secret := client.ObjectKey{Namespace: p.Namespace, Name: tenancy.ApplierSecretName(p)}
 	eventually(t, settle, func() error {
 		if err := k8s.Get(ctx, secret, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("applier credential still issued (err=%v)", err)
@@ -439,7 +442,7 @@ func TestCredentialRotationMidInstall(t *testing.T) {
 	p := newPlane(t, ctx)
 	eventually(t, settle, planeReady(ctx, p))
 	plane := planeClient(t, ctx, p)
-	secretKey := client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}
+	secretKey := client.ObjectKey{Namespace: p.Namespace, Name: tenancy.ApplierSecretName(p)}
 	secret := &corev1.Secret{}
 	if err := k8s.Get(ctx, secretKey, secret); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/tenancy"
+
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +23,7 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
+	"github.com/cozystack/computeplane/test/testkit"
 )
 
 // stages records every teardown stage (Reconciling's reason) the plane shows until it is
@@ -66,7 +69,7 @@ func TestTeardownInOrder(t *testing.T) {
 		}
 		eventually(t, settle, releaseReady(ctx, hr))
 	}
-	release := devenv.HoldCluster(t, ctx, k8s, p)
+	release := testkit.HoldCluster(t, ctx, k8s, p)
 	if err := k8s.Get(ctx, key, p); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +95,7 @@ func TestTeardownInOrder(t *testing.T) {
 	if i := indexOf(order, want[0]); i < 0 || indexOf(order, want[1]) < i {
 		t.Errorf("teardown stages %v: want %v in that order", order, want)
 	}
-	devenv.CheckNothingLeft(t, ctx, k8s, p, infra)
+	testkit.CheckNothingLeft(t, ctx, k8s, p, infra)
 }
 
 // checkPlaneEmptied: Flux uninstalled the releases (their objects and Helm's records are
@@ -137,7 +140,7 @@ func checkManagementBeforeCluster(t *testing.T, ctx context.Context, p *cpv1.Com
 	if err := k8s.List(ctx, &hrs, client.InNamespace(p.Namespace)); err != nil || len(hrs.Items) != 0 {
 		t.Errorf("%d placement releases left (err=%v)", len(hrs.Items), err)
 	}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: tenancy.ApplierSecretName(p)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the applier credential is still there (err=%v)", err)
 	}
 	var cnps ciliumv2.CiliumNetworkPolicyList

@@ -31,6 +31,7 @@ import (
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/devprovider"
 	"github.com/cozystack/computeplane/test/operatortest"
+	"github.com/cozystack/computeplane/test/testkit"
 )
 
 // The manager's flags: production's, but for the pace (a waiting plane looks again in
@@ -145,7 +146,7 @@ func printFigures() {
 func waitFor(t *testing.T, timeout time.Duration, f func() error) time.Duration {
 	t.Helper()
 	start := time.Now()
-	devenv.Poll(t, timeout, 25*time.Millisecond, f)
+	testkit.Poll(t, timeout, 25*time.Millisecond, f)
 	return time.Since(start)
 }
 
@@ -163,14 +164,14 @@ func tenantOf(t *testing.T, ctx context.Context, p *cpv1.ComputePlane) *devenv.C
 
 func newPlane(t *testing.T, ctx context.Context) *cpv1.ComputePlane {
 	t.Helper()
-	return devenv.NewTenantPlane(t, ctx, k8s, class.Name)
+	return testkit.NewTenantPlane(t, ctx, k8s, class.Name)
 }
 
 func readyIs(ctx context.Context, p *cpv1.ComputePlane, want metav1.ConditionStatus) func() error {
-	return devenv.ReadyIs(ctx, k8s, p, want)
+	return testkit.ReadyIs(ctx, k8s, p, want)
 }
 
 // gateClosed checks what a closed gate means for placement: no applier kubeconfig.
 func gateClosed(ctx context.Context, p *cpv1.ComputePlane) error {
-	return devenv.ApplierRevoked(ctx, k8s, p)()
+	return testkit.ApplierRevoked(ctx, k8s, p)()
 }

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/tenancy"
+	"github.com/cozystack/computeplane/remote/posture"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,7 +24,7 @@ import (
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
-	"github.com/cozystack/computeplane/remote"
+	"github.com/cozystack/computeplane/test/testkit"
 )
 
 // stageOrder is the provisioning stages in the order the reconciler runs them.
@@ -66,10 +69,10 @@ func provisioningPoints(ctx context.Context, p *cpv1.ComputePlane) (points []str
 	if tenant.Client.List(ctx, vaps) == nil && len(vaps.Items) > 0 {
 		points = append(points, "first admission policy in the plane")
 	}
-	if tenant.Client.Get(ctx, client.ObjectKey{Namespace: remote.ApplierNamespace, Name: remote.ApplierName}, &corev1.ServiceAccount{}) == nil {
+	if tenant.Client.Get(ctx, client.ObjectKey{Namespace: posture.ApplierNamespace, Name: posture.ApplierName}, &corev1.ServiceAccount{}) == nil {
 		points = append(points, "applier ServiceAccount in the plane")
 	}
-	if k8s.Get(ctx, client.ObjectKey{Namespace: got.Namespace, Name: render.ApplierSecretName(got)}, &corev1.Secret{}) == nil {
+	if k8s.Get(ctx, client.ObjectKey{Namespace: got.Namespace, Name: tenancy.ApplierSecretName(got)}, &corev1.Secret{}) == nil {
 		points = append(points, "applier kubeconfig Secret written")
 	}
 	return points, false
@@ -146,7 +149,7 @@ func TestManagerKilledAtEveryStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	infra := p.Status.InfrastructureNamespace
-	releaseCluster := devenv.HoldCluster(t, ctx, k8s, p)
+	releaseCluster := testkit.HoldCluster(t, ctx, k8s, p)
 	start = time.Now()
 	if err := k8s.Delete(ctx, p); err != nil {
 		t.Fatal(err)
@@ -178,10 +181,10 @@ func teardownPoints(ctx context.Context, p *cpv1.ComputePlane, tenant *devenv.Cl
 	if rec := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ReconcilingCondition); rec != nil && rec.Reason != cpv1.DeletingReason {
 		points = append(points, rec.Reason)
 	}
-	if apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}, &corev1.Secret{})) {
+	if apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: tenancy.ApplierSecretName(p)}, &corev1.Secret{})) {
 		points = append(points, "applier kubeconfig Secret deleted")
 	}
-	if apierrors.IsNotFound(tenant.Client.Get(ctx, client.ObjectKey{Namespace: remote.ApplierNamespace, Name: remote.ApplierName}, &corev1.ServiceAccount{})) {
+	if apierrors.IsNotFound(tenant.Client.Get(ctx, client.ObjectKey{Namespace: posture.ApplierNamespace, Name: posture.ApplierName}, &corev1.ServiceAccount{})) {
 		points = append(points, "applier ServiceAccount removed from the plane")
 	}
 	sel := client.MatchingLabels{cpv1.PlaneUIDLabel: string(p.UID)}
@@ -199,12 +202,12 @@ func teardownPoints(ctx context.Context, p *cpv1.ComputePlane, tenant *devenv.Cl
 	return points, false
 }
 
-// checkNothingLeft is devenv.CheckNothingLeft, and the applier kubeconfig Secret (in
+// checkNothingLeft is testkit.CheckNothingLeft, and the applier kubeconfig Secret (in
 // the tenant namespace, which stays) is gone too.
 func checkNothingLeft(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, infra string) {
 	t.Helper()
-	devenv.CheckNothingLeft(t, ctx, k8s, p, infra)
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+	testkit.CheckNothingLeft(t, ctx, k8s, p, infra)
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: tenancy.ApplierSecretName(p)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the applier kubeconfig Secret is left (err=%v)", err)
 	}
 }

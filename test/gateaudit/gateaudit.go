@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/cozystack/computeplane/internal/devenv"
-	"github.com/cozystack/computeplane/remote"
+	"github.com/cozystack/computeplane/remote/posture"
 )
 
 // Applier is who the applier kubeconfig authenticates as in a plane.
-const Applier = "system:serviceaccount:" + remote.ApplierNamespace + ":" + remote.ApplierName
+const Applier = "system:serviceaccount:" + posture.ApplierNamespace + ":" + posture.ApplierName
 
 // RevocationWindow bounds how long a revocation takes to take effect once the applier's
 // impersonation RoleBinding is deleted: the plane's apiserver checks impersonation
@@ -57,7 +57,7 @@ type Result struct {
 // decides on.
 func Judge(events []devenv.AuditEvent, tenantNamespace string, policies []string) Result {
 	impersonation := func(r *devenv.AuditObjectRef) bool {
-		return r != nil && r.Resource == "rolebindings" && r.Namespace == tenantNamespace && r.Name == remote.ApplierName && r.Subresource == ""
+		return r != nil && r.Resource == "rolebindings" && r.Namespace == tenantNamespace && r.Name == posture.ApplierName && r.Subresource == ""
 	}
 	// A request is placed at its receipt (authentication and the impersonation check
 	// happen then), the revocation at its completion: a write received while the
@@ -146,7 +146,7 @@ func Judge(events []devenv.AuditEvent, tenantNamespace string, policies []string
 			if !closing.IsZero() || closed {
 				opened("wrote the applier's impersonation binding back", at)
 			}
-		case r.Resource == "serviceaccounts" && r.Namespace == remote.ApplierNamespace && r.Name == remote.ApplierName &&
+		case r.Resource == "serviceaccounts" && r.Namespace == posture.ApplierNamespace && r.Name == posture.ApplierName &&
 			e.Verb == "create" && r.Subresource == "token":
 			opened("issued the applier a token", at)
 		}

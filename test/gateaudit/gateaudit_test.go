@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/cozystack/computeplane/internal/devenv"
-	"github.com/cozystack/computeplane/remote"
+	"github.com/cozystack/computeplane/remote/posture"
 )
 
 var t0 = time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
@@ -32,16 +32,16 @@ const (
 
 // The operator's requests and the others', at ms after t0.
 func revokeBinding(ms int) devenv.AuditEvent {
-	return ev(admin, "delete", "rolebindings", "", tenantNS, remote.ApplierName, at(ms), 200)
+	return ev(admin, "delete", "rolebindings", "", tenantNS, posture.ApplierName, at(ms), 200)
 }
 func revokeAccount(ms int) devenv.AuditEvent {
-	return ev(admin, "delete", "serviceaccounts", "", remote.ApplierNamespace, remote.ApplierName, at(ms), 200)
+	return ev(admin, "delete", "serviceaccounts", "", posture.ApplierNamespace, posture.ApplierName, at(ms), 200)
 }
 func writeBindingBack(ms int) devenv.AuditEvent {
-	return ev(admin, "patch", "rolebindings", "", tenantNS, remote.ApplierName, at(ms), 201)
+	return ev(admin, "patch", "rolebindings", "", tenantNS, posture.ApplierName, at(ms), 201)
 }
 func issueToken(ms int) devenv.AuditEvent {
-	return ev(admin, "create", "serviceaccounts", "token", remote.ApplierNamespace, remote.ApplierName, at(ms), 201)
+	return ev(admin, "create", "serviceaccounts", "token", posture.ApplierNamespace, posture.ApplierName, at(ms), 201)
 }
 func applierWrite(ms, code int) devenv.AuditEvent {
 	return ev(Applier, "create", "configmaps", "", tenantNS, "release", at(ms), code)
@@ -85,7 +85,7 @@ func TestJudge(t *testing.T) {
 			events: []devenv.AuditEvent{revokeBinding(0), issueToken(1000), applierWrite(2000, 201)},
 			writes: 1, closings: 1},
 		{name: "another namespace's binding is not this plane's revocation",
-			events: []devenv.AuditEvent{ev(admin, "delete", "rolebindings", "", "tenant-b", remote.ApplierName, at(0), 200), applierWrite(500, 201)},
+			events: []devenv.AuditEvent{ev(admin, "delete", "rolebindings", "", "tenant-b", posture.ApplierName, at(0), 200), applierWrite(500, 201)},
 			writes: 1},
 		{name: "a token issued after the operator found the policy missing is a violation",
 			events:     []devenv.AuditEvent{deletePolicy("p1", 0), readPolicy("p1", 100, 404), issueToken(200)},

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/tenancy"
+
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,7 +19,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
-	"github.com/cozystack/computeplane/internal/devenv"
+	"github.com/cozystack/computeplane/test/testkit"
 )
 
 // TestRealKamajiFaults: what the operator does when the control plane Kamaji runs fails,
@@ -40,7 +42,7 @@ func TestRealKamajiFaults(t *testing.T) {
 	k8s := b.mgmt.Client
 	p, tcp, kubeconfig := b.readyPlane(t, ctx)
 	infra := tcp.Namespace
-	applier := client.ObjectKey{Namespace: p.Namespace, Name: render.ApplierSecretName(p)}
+	applier := client.ObjectKey{Namespace: p.Namespace, Name: tenancy.ApplierSecretName(p)}
 	if err := k8s.Get(ctx, applier, &corev1.Secret{}); err != nil {
 		t.Fatalf("no applier credential while the plane is Ready: %v", err)
 	}
@@ -66,7 +68,7 @@ func TestRealKamajiFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	var written time.Duration
-	devenv.Poll(t, time.Minute, 50*time.Millisecond, func() error {
+	testkit.Poll(t, time.Minute, 50*time.Millisecond, func() error {
 		fresh := &corev1.Secret{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(kubeconfig), fresh); err != nil {
 			return err
@@ -104,7 +106,7 @@ func TestRealKamajiFaults(t *testing.T) {
 	if err := k8s.Delete(ctx, cert); err != nil {
 		t.Fatal(err)
 	}
-	devenv.Poll(t, 2*time.Minute, 50*time.Millisecond, func() error {
+	testkit.Poll(t, 2*time.Minute, 50*time.Millisecond, func() error {
 		if addr, ok := b.kamaji.Runner.APIServer(infra, tcp.Name); !ok || addr == oldAddr {
 			return fmt.Errorf("the new control plane does not serve yet: %s", b.kamaji.Runner.Describe(infra, tcp.Name))
 		}
@@ -166,7 +168,7 @@ func (tl *gateTimeline) readyNow() bool {
 // first Ready one after it.
 func (tl *gateTimeline) closedAndReopened(t *testing.T, since time.Time, timeout time.Duration) (closed, reopened time.Time) {
 	t.Helper()
-	devenv.Poll(t, timeout, 50*time.Millisecond, func() error {
+	testkit.Poll(t, timeout, 50*time.Millisecond, func() error {
 		tl.mu.Lock()
 		defer tl.mu.Unlock()
 		closed, reopened = time.Time{}, time.Time{}

@@ -41,6 +41,7 @@ import (
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/remote"
+	"github.com/cozystack/computeplane/test/testkit"
 )
 
 // proxy is exported to this process's environment before anything makes an HTTP request:
@@ -142,7 +143,7 @@ func startPlane(t *testing.T, ctx context.Context) *plane {
 
 	// Ready as the operator reads it: status.kubernetesResources.version.status.
 	var kubeconfigAt time.Duration
-	devenv.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
+	testkit.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
 		if err := kamaji.Alive(); err != nil {
 			t.Fatal(err)
 		}
@@ -265,6 +266,18 @@ func TestRealKamajiMakesAReachablePlane(t *testing.T) {
 	if err := plane.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{}); err == nil {
 		t.Errorf("namespace %s of the management cluster is visible through the plane's kubeconfig", ns)
 	}
+	// The plane's own controllers run: its kube-controller-manager gives a new namespace
+	// its default ServiceAccount and kube-root-ca.crt, as in any cluster.
+	fresh := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fresh"}}
+	if err := plane.Create(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Poll(t, time.Minute, 100*time.Millisecond, func() error {
+		if err := plane.Get(ctx, client.ObjectKey{Namespace: "fresh", Name: "default"}, &corev1.ServiceAccount{}); err != nil {
+			return fmt.Errorf("%w\n%s", err, kamaji.Runner.Describe(ns, name))
+		}
+		return plane.Get(ctx, client.ObjectKey{Namespace: "fresh", Name: "kube-root-ca.crt"}, &corev1.ConfigMap{})
+	})
 
 	// admin.conf names the ClusterIP; kubernetes-admin's rights come from the
 	// kubeadm:cluster-admins binding, which Kamaji's soot manager creates in the plane
@@ -278,7 +291,7 @@ func TestRealKamajiMakesAReachablePlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	devenv.Eventually(t, time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, func() error {
 		return admin.List(ctx, &corev1.NamespaceList{})
 	})
 	t.Logf("kubernetes-admin lists namespaces through %s (the ClusterIP, via the proxy)", acfg.Host)
@@ -338,7 +351,7 @@ func TestRealKamajiRenewsTheAPIServerCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	var newSerial string
-	devenv.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
+	testkit.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
 		if err := p.kamaji.Alive(); err != nil {
 			t.Fatal(err)
 		}
@@ -358,7 +371,7 @@ func TestRealKamajiRenewsTheAPIServerCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	devenv.Eventually(t, 30*time.Second, func() error { return plane.List(ctx, &corev1.NamespaceList{}) })
+	testkit.Eventually(t, 30*time.Second, func() error { return plane.List(ctx, &corev1.NamespaceList{}) })
 	close(stop)
 	<-sampled
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, dep); err != nil {
@@ -368,7 +381,7 @@ func TestRealKamajiRenewsTheAPIServerCertificate(t *testing.T) {
 		oldSerial, newSerial, renewed.Round(time.Millisecond), oldGeneration, dep.Generation, oldAddr, mustAddr(p.kamaji.Runner.APIServer(ns, name)))
 	t.Logf("TenantControlPlane version status samples during the renewal: %v", statuses)
 	tcp := &kamajiv1alpha1.TenantControlPlane{}
-	devenv.Eventually(t, 30*time.Second, func() error {
+	testkit.Eventually(t, 30*time.Second, func() error {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tcp); err != nil {
 			return err
 		}
@@ -400,14 +413,14 @@ func TestRealKamajiPlaneCrashesAndIsDeleted(t *testing.T) {
 	if err := p.kamaji.Runner.Kill(ns, name); err != nil {
 		t.Fatal(err)
 	}
-	devenv.Eventually(t, time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, func() error {
 		if s := status(); s != kamajiv1alpha1.VersionNotReady {
 			return fmt.Errorf("version status %s after the kill, want NotReady", s)
 		}
 		return nil
 	})
 	notReady := time.Since(killed)
-	devenv.Eventually(t, time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, func() error {
 		if s := status(); s != kamajiv1alpha1.VersionReady {
 			return fmt.Errorf("version status %s, want Ready again; %s", s, p.kamaji.Runner.Describe(ns, name))
 		}
@@ -419,7 +432,7 @@ func TestRealKamajiPlaneCrashesAndIsDeleted(t *testing.T) {
 	if err := c.Delete(ctx, p.tcp); err != nil {
 		t.Fatal(err)
 	}
-	devenv.Eventually(t, time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, func() error {
 		tcp := &kamajiv1alpha1.TenantControlPlane{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(p.tcp), tcp); err == nil {
 			return fmt.Errorf("TenantControlPlane still there, finalizers %v; Kamaji log ends:\n%s", tcp.Finalizers, p.kamaji.LogTail(5))
@@ -431,7 +444,7 @@ func TestRealKamajiPlaneCrashesAndIsDeleted(t *testing.T) {
 	gone := time.Since(deleted)
 	// The pod runner plays the garbage collector for the Deployment: the plane stops,
 	// and its addresses are routed nowhere.
-	devenv.Eventually(t, time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, func() error {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("the Deployment after its TenantControlPlane is gone: %v", err)
 		}

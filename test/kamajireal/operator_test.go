@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/cozystack/computeplane/internal/devenv/capistandin"
 	"github.com/cozystack/computeplane/remote"
 	"github.com/cozystack/computeplane/test/operatortest"
+	"github.com/cozystack/computeplane/test/testkit"
 )
 
 // bed is the operator on real Kamaji: the management apiserver with the operator's
@@ -165,6 +167,21 @@ func TestOperatorOnRealKamaji(t *testing.T) {
 		t.Errorf("the deployer is not in the plane: %v", err)
 	}
 
+	// The plane's kube-controller-manager (the pod runner runs it next to the
+	// kube-apiserver, as the pod Kamaji makes does) gives the placement namespace its
+	// default ServiceAccount; only then does a pod there reach Pod Security, whose own
+	// message must be the refusal of one that runs as root (the baseline profile allows
+	// it, the plane's restricted one does not). Without the ServiceAccount the refusal
+	// would be the ServiceAccount admission plugin's, which proves nothing.
+	testkit.Poll(t, time.Minute, 100*time.Millisecond, func() error {
+		return plane.Get(ctx, client.ObjectKey{Namespace: "notebooks", Name: "default"}, &corev1.ServiceAccount{})
+	})
+	rootPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "notebooks", Name: "root"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "root", Image: "busybox", SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}}}}}
+	if err := plane.Create(ctx, rootPod, client.DryRunAll); err == nil || !strings.Contains(err.Error(), `violates PodSecurity "restricted:`) {
+		t.Errorf("a pod that runs as root in the placement namespace: %v; want Pod Security's restricted refusal", err)
+	}
+
 	// The real Flux installs a placement release into that plane.
 	hr := &helmv2.HelmRelease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: "notebook", Labels: map[string]string{cpv1.PlacementLabel: cpv1.PlacementLabelValue}},
@@ -178,7 +195,7 @@ func TestOperatorOnRealKamaji(t *testing.T) {
 	if err := k8s.Create(ctx, hr); err != nil {
 		t.Fatal(err)
 	}
-	devenv.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
+	testkit.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
 		got := &helmv2.HelmRelease{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(hr), got); err != nil {
 			return err
@@ -205,7 +222,7 @@ func TestOperatorOnRealKamaji(t *testing.T) {
 	if err := k8s.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	devenv.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
+	testkit.Poll(t, 2*time.Minute, 100*time.Millisecond, func() error {
 		err := plane.Get(ctx, client.ObjectKey{Namespace: "notebooks", Name: "notebook"}, &corev1.ConfigMap{})
 		if err == nil {
 			return errors.New("the release's ConfigMap is still in the plane")
@@ -219,7 +236,7 @@ func TestOperatorOnRealKamaji(t *testing.T) {
 		}
 		return nil
 	})
-	devenv.Poll(t, 3*time.Minute, 200*time.Millisecond, func() error {
+	testkit.Poll(t, 3*time.Minute, 200*time.Millisecond, func() error {
 		got := &cpv1.ComputePlane{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("the ComputePlane is still there (%v): %s", err, describeConditions(got.Status.Conditions))
@@ -247,9 +264,9 @@ func (b *bed) readyPlane(t *testing.T, ctx context.Context) (*cpv1.ComputePlane,
 	t.Helper()
 	k8s := b.mgmt.Client
 	created := time.Now()
-	p := devenv.NewTenantPlane(t, ctx, k8s, b.class.Name)
+	p := testkit.NewTenantPlane(t, ctx, k8s, b.class.Name)
 	var tcpReady time.Duration // when Kamaji first reported its TenantControlPlane Ready
-	devenv.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
+	testkit.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
 		got := &cpv1.ComputePlane{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
 			return err

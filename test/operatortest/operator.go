@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/computeplane"
+
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -40,7 +42,7 @@ type Options struct {
 // ServiceAccount (OperatorConfig: exactly the RBAC config/default ships).
 type Operator struct {
 	Manager    ctrl.Manager
-	Reconciler *controllers.ComputePlaneReconciler
+	Reconciler *computeplane.Reconciler
 	webhooks   bool
 
 	stopOnce sync.Once

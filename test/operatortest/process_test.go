@@ -12,6 +12,7 @@ import (
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/operatortest"
+	"github.com/cozystack/computeplane/test/testkit"
 )
 
 // TestProcessIsTheShippedManager: the binary runs as the operator's ServiceAccount, takes
@@ -44,7 +45,7 @@ func TestProcessIsTheShippedManager(t *testing.T) {
 
 	lease := &coordinationv1.Lease{}
 	key := client.ObjectKey{Namespace: devenv.OperatorNamespace, Name: controllers.LeaderElectionIDFor(nil)}
-	devenv.Eventually(t, 30*time.Second, func() error {
+	testkit.Eventually(t, 30*time.Second, func() error {
 		if err := mgmt.Client.Get(ctx, key, lease); err != nil {
 			return err
 		}

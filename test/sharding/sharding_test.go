@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/computeplane/controllers/tenancy"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -30,6 +32,7 @@ import (
 	"github.com/cozystack/computeplane/controllers"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/test/operatortest"
+	"github.com/cozystack/computeplane/test/testkit"
 )
 
 // statusWrites counts one manager's writes to each plane's status.
@@ -68,7 +71,7 @@ func startShard(t *testing.T, ctx context.Context, mgmt *devenv.Cluster, selecto
 			Setup:           controllers.SetupOptions{Options: controller.Options{MaxConcurrentReconciles: 2}, ReconcileRequests: true},
 			RequeueInterval: 2 * time.Second, PlaneTimeout: 2 * time.Second, PlaneUnreachableGrace: time.Second,
 			Webhooks: webhooks,
-			Shard:    controllers.Shard{Selector: sel},
+			Shard:    tenancy.Shard{Selector: sel},
 		},
 		WrapTransport: func(rt http.RoundTripper) http.RoundTripper { w.next = rt; return w },
 	})
@@ -94,8 +97,8 @@ func TestEachPlaneHasOneShard(t *testing.T) {
 	k8s := mgmt.Client
 
 	// The main instance takes every plane without a shard key; shard1 those labelled so.
-	main := startShard(t, ctx, mgmt, "!"+controllers.ShardKeyLabel, true)
-	shard1 := startShard(t, ctx, mgmt, controllers.ShardKeyLabel+" in (shard1)", false)
+	main := startShard(t, ctx, mgmt, "!"+cpv1.ShardKeyLabel, true)
+	shard1 := startShard(t, ctx, mgmt, cpv1.ShardKeyLabel+" in (shard1)", false)
 
 	class := &cpv1.ComputePlaneClass{ObjectMeta: metav1.ObjectMeta{Name: "sharded"}, Spec: cpv1.ComputePlaneClassSpec{
 		AllowedNamespaces: &metav1.LabelSelector{},
@@ -115,7 +118,7 @@ func TestEachPlaneHasOneShard(t *testing.T) {
 		p := &cpv1.ComputePlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "plane"},
 			Spec: cpv1.ComputePlaneSpec{ClassName: class.Name}}
 		if shard != "" {
-			p.Labels = map[string]string{controllers.ShardKeyLabel: shard}
+			p.Labels = map[string]string{cpv1.ShardKeyLabel: shard}
 		}
 		if err := k8s.Create(ctx, p); err != nil {
 			t.Fatal(err)
@@ -148,7 +151,7 @@ func TestEachPlaneHasOneShard(t *testing.T) {
 	}
 	for _, p := range []*cpv1.ComputePlane{unsharded, sharded} {
 		request(p, "first")
-		devenv.Eventually(t, time.Minute, handled(p, "first"))
+		testkit.Eventually(t, time.Minute, handled(p, "first"))
 	}
 	// writesBetween reports each manager's status writes to p while f runs.
 	writesBetween := func(p *cpv1.ComputePlane, f func()) (byMain, byShard1 int) {
@@ -162,7 +165,7 @@ func TestEachPlaneHasOneShard(t *testing.T) {
 		t.Helper()
 		m, s := writesBetween(p, func() {
 			request(p, stamp)
-			devenv.Eventually(t, time.Minute, handled(p, stamp))
+			testkit.Eventually(t, time.Minute, handled(p, stamp))
 		})
 		if wantMain && (m == 0 || s != 0) || !wantMain && (s == 0 || m != 0) {
 			t.Errorf("%s: status writes by the main manager %d, by shard1 %d", what, m, s)
@@ -177,11 +180,11 @@ func TestEachPlaneHasOneShard(t *testing.T) {
 
 	// Moving the plane to shard1 hands it over: from then on shard1 alone reconciles it.
 	patch := client.MergeFrom(unsharded.DeepCopy())
-	unsharded.Labels = map[string]string{controllers.ShardKeyLabel: "shard1"}
+	unsharded.Labels = map[string]string{cpv1.ShardKeyLabel: "shard1"}
 	if err := k8s.Patch(ctx, unsharded, patch); err != nil {
 		t.Fatal(err)
 	}
 	request(unsharded, "moved")
-	devenv.Eventually(t, time.Minute, handled(unsharded, "moved"))
+	testkit.Eventually(t, time.Minute, handled(unsharded, "moved"))
 	check("a plane moved to shard1", unsharded, "after-move", false)
 }

@@ -12,6 +12,8 @@ set -euo pipefail
 
 VERSION=v1.6.2
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=modfetch.sh
+. "$here/modfetch.sh"
 src=$(cat "$here/flux.sh" | sha256sum | cut -c1-12)
 dir=${COMPUTEPLANE_TESTBIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/computeplane/testbin}/helm-controller-${VERSION}-${src}
 bin="$dir/helm-controller"
@@ -25,15 +27,14 @@ if [ "${1:-}" = --path ]; then
 fi
 echo "building helm-controller $VERSION into $dir (first time only)" >&2
 mkdir -p "$dir"
-moddir() { # module@version -> its directory in the module cache (downloaded outside any module)
-  (cd "$(mktemp -d)" && GOFLAGS=-mod=mod go mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-}
 main=$(moddir "github.com/fluxcd/helm-controller@$VERSION")
 api=$(moddir "github.com/fluxcd/helm-controller/api@$VERSION")
 work="$dir/src"
 rm -rf "$work"
 cp -r "$main" "$work" && chmod -R u+w "$work"
 rm -rf "$work/api" && cp -r "$api" "$work/api" && chmod -R u+w "$work/api"
+# Every module the build needs, fetched up front with retries (modfetch.sh).
+GOFLAGS=-mod=mod moddeps "$work"
 (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$bin.tmp" .)
 rm -rf "$work"
 mv "$bin.tmp" "$bin"

@@ -13,6 +13,8 @@ set -euo pipefail
 
 VERSION=v1.0.0
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=modfetch.sh
+. "$here/modfetch.sh"
 src=$(cat "$here/kamaji.sh" | sha256sum | cut -c1-12)
 dir=${COMPUTEPLANE_TESTBIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/computeplane/testbin}/kamaji-${VERSION}-${src}
 bin="$dir/kamaji"
@@ -26,9 +28,6 @@ if [ "${1:-}" = --path ]; then
 fi
 echo "building kamaji $VERSION into $dir (first time only, ~8 min cold)" >&2
 mkdir -p "$dir"
-moddir() { # module@version -> its directory in the module cache (downloaded outside any module)
-  (cd "$(mktemp -d)" && GOFLAGS=-mod=mod go mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-}
 main=$(moddir "github.com/clastix/kamaji@$VERSION")
 work="$dir/src"
 rm -rf "$work"
@@ -36,6 +35,8 @@ cp -r "$main" "$work" && chmod -R u+w "$work"
 # Stamped like its Dockerfile, so `kamaji` logs and telemetry name the real version.
 pkg=github.com/clastix/kamaji/internal
 ldflags="-s -w -X $pkg.GitRepo=https://github.com/clastix/kamaji -X $pkg.GitTag=$VERSION -X $pkg.GitDirty=false"
+# Every module the build needs, fetched up front with retries (modfetch.sh).
+GOFLAGS=-mod=mod moddeps "$work"
 (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$bin.tmp" .)
 rm -rf "$work"
 mv "$bin.tmp" "$bin"
