@@ -245,7 +245,7 @@ func (w *walkthrough) insidePlane() error {
 	if err := w.kubectl.run(plane("get", "namespaces", "-L", "pod-security.kubernetes.io/enforce")...); err != nil {
 		return err
 	}
-	if err := w.kubectl.run(plane("wait", "--for=create", "--timeout=60s", "-n", "notebooks", "serviceaccount/default", "configmap/kube-root-ca.crt")...); err != nil {
+	if err := w.kubectl.until(time.Minute, plane("get", "-n", "notebooks", "serviceaccount/default", "configmap/kube-root-ca.crt")...); err != nil {
 		return fmt.Errorf("the plane's kube-controller-manager did not make the placement namespace's default ServiceAccount and kube-root-ca.crt: %w", err)
 	}
 	step("...so a pod there reaches Pod Security, which refuses one that runs as root (the baseline profile allows it; the plane's restricted one does not)")
@@ -377,6 +377,19 @@ func (k kubectl) stdin(stdin string, args ...string) error {
 // piped is for a stream the walkthrough already printed the command of.
 func (k kubectl) piped(stdin []byte, args ...string) error {
 	return k.command(bytes.NewReader(stdin), os.Stdout, args).Run()
+}
+
+// until runs the command, quietly, until it succeeds or timeout passes, then prints it and
+// its output as run does (kubectl wait --for=create refuses a name not there yet).
+func (k kubectl) until(timeout time.Duration, args ...string) error {
+	fmt.Printf("\n$ kubectl %s  # until it succeeds, %s at most\n", join(args), timeout)
+	var out bytes.Buffer
+	err := wait.PollUntilContextTimeout(k.ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		out.Reset()
+		return k.command(nil, &out, args).Run() == nil, nil
+	})
+	fmt.Print(out.String())
+	return err
 }
 
 // output is run, also returning what the command printed (its stdout and stderr).

@@ -123,10 +123,6 @@ func StartRealKamaji(ctx context.Context, mgmt *Cluster, o RealKamajiOptions) (_
 			return nil, err
 		}
 	}
-	binaries, err := controlPlaneBinaries(mgmt.Env.BinaryAssetsDirectory)
-	if err != nil {
-		return nil, err
-	}
 	dir, err := os.MkdirTemp("", "computeplane-kamaji-")
 	if err != nil {
 		return nil, err
@@ -143,6 +139,10 @@ func StartRealKamaji(ctx context.Context, mgmt *Cluster, o RealKamajiOptions) (_
 		}
 	}()
 	if err := k.claimWebhookPort(o.LockTimeout); err != nil {
+		return nil, err
+	}
+	binaries, err := controlPlaneBinaries(mgmt.Env.BinaryAssetsDirectory)
+	if err != nil {
 		return nil, err
 	}
 	if k.Proxy == nil {
