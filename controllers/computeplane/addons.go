@@ -4,6 +4,9 @@ import (
 	"context"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	fluxmeta "github.com/fluxcd/pkg/apis/meta"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -33,14 +36,55 @@ func newAddonCache(mgr ctrl.Manager) (cache.Cache, error) {
 		Scheme:     mgr.GetScheme(),
 		Mapper:     mgr.GetRESTMapper(),
 		ByObject: map[client.Object]cache.ByObject{
-			&helmv2.HelmRelease{}: {Label: labels.SelectorFromSet(labels.Set{cpv1.ManagedByLabel: cpv1.ManagedByValue})},
+			&helmv2.HelmRelease{}: {Label: labels.SelectorFromSet(labels.Set{cpv1.ManagedByLabel: cpv1.ManagedByValue}), Transform: addonIdentity},
 		},
-		DefaultTransform: cache.TransformStripManagedFields(),
 	})
 	if err != nil {
 		return nil, err
 	}
 	return c, mgr.Add(addonCache{c})
+}
+
+// addonLabels are the labels of an add-on release the operator reads (render.Addons sets
+// them): what its lists select by.
+var addonLabels = []string{cpv1.PlaneNameLabel, cpv1.PlaneNamespaceLabel, cpv1.PlaneUIDLabel, cpv1.ManagedByLabel, cpv1.AddonRoleLabel}
+
+// maxAddonMessage bounds the Ready message an add-on release keeps in the cache.
+const maxAddonMessage = 1024
+
+// addonIdentity keeps of a HelmRelease in the add-on cache what the operator reads from
+// it: its identity with the operator's own labels, its release name, and Flux's Ready
+// condition (addonSummary). The cache's label selects what anyone labels managed-by the
+// operator, a tenant's HelmReleases in its own namespace too, with whatever values,
+// annotations or post-renderers it gives them: none of that is kept, so what a tenant can
+// make the cache hold is a few hundred bytes an object. Applying an add-on compares it
+// with a full read from the API server when its version is not one already found to
+// match (ContentlessKinds), as for the other kinds the cache holds without content.
+func addonIdentity(obj any) (any, error) {
+	hr, ok := obj.(*helmv2.HelmRelease)
+	if !ok {
+		return obj, nil
+	}
+	out := &helmv2.HelmRelease{TypeMeta: hr.TypeMeta, ObjectMeta: identity(hr.ObjectMeta)}
+	out.Labels = nil
+	for _, k := range addonLabels {
+		if v, ok := hr.Labels[k]; ok {
+			if out.Labels == nil {
+				out.Labels = map[string]string{}
+			}
+			out.Labels[k] = v
+		}
+	}
+	out.Spec.ReleaseName = hr.Spec.ReleaseName
+	out.Status.ObservedGeneration = hr.Status.ObservedGeneration
+	if c := apimeta.FindStatusCondition(hr.Status.Conditions, fluxmeta.ReadyCondition); c != nil {
+		ready := *c
+		if len(ready.Message) > maxAddonMessage {
+			ready.Message = ready.Message[:maxAddonMessage] + "…"
+		}
+		out.Status.Conditions = []metav1.Condition{ready}
+	}
+	return out, nil
 }
 
 // addonReleases lists a namespace's add-on releases matching sel.

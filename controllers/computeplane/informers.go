@@ -6,6 +6,7 @@ import (
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,6 +118,8 @@ func ContentlessKinds() map[schema.GroupVersionKind]bool {
 	kinds := map[schema.GroupVersionKind]bool{
 		bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplate"):  true,
 		ciliumv2.SchemeGroupVersion.WithKind("CiliumNetworkPolicy"): true,
+		// In the add-on cache (addonIdentity).
+		helmv2.GroupVersion.WithKind(helmv2.HelmReleaseKind): true,
 	}
 	for _, gvk := range unstructuredKinds() {
 		kinds[gvk] = true

@@ -125,8 +125,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options,
 		Watches(&clusterv1.MachineDeployment{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
 		// A health check changed by someone is restored at once.
 		Watches(&clusterv1.MachineHealthCheck{}, handler.EnqueueRequestsFromMapFunc(planeFromLabels)).
+		// An add-on release wakes the plane whose infrastructure namespace holds it, never
+		// the plane its labels name: anyone may label a HelmRelease of theirs like an
+		// add-on (the cache's selector takes it in), and a tenant's would then keep
+		// another tenant's plane reconciling.
 		WatchesRawSource(source.Kind(r.Addons, &helmv2.HelmRelease{}, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, o *helmv2.HelmRelease) []ctrl.Request {
-			return planeFromLabels(ctx, o)
+			return r.planesOfInfraNamespace(ctx, o)
 		}))).
 		// A plane's baseline carries its labels; a namespace's default deny does not.
 		Watches(&ciliumv2.CiliumNetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []ctrl.Request {
