@@ -37,8 +37,8 @@ func TestAttackAddonCacheFlood(t *testing.T) {
 				cpv1.PlaneNamespaceLabel: victim.Namespace, cpv1.PlaneUIDLabel: string(victim.UID), "bulk": strings.Repeat("l", 63)},
 			Annotations: map[string]string{"bulk": strings.Repeat("a", 128<<10)}},
 		Spec: helmv2.HelmReleaseSpec{Interval: metav1.Duration{Duration: time.Hour}, Suspend: true, ReleaseName: "fake",
-			ChartRef: &helmv2.CrossNamespaceSourceReference{Kind: "OCIRepository", Name: "app"},
-			Values:   &apiextensionsv1.JSON{Raw: []byte(`{"blob":"` + big + `"}`)},
+			ChartRef:      &helmv2.CrossNamespaceSourceReference{Kind: "OCIRepository", Name: "app"},
+			Values:        &apiextensionsv1.JSON{Raw: []byte(`{"blob":"` + big + `"}`)},
 			PostRenderers: []helmv2.PostRenderer{{Kustomize: &helmv2.Kustomize{Images: []kustomize.Image{{Name: "a", NewName: strings.Repeat("n", 64<<10)}}}}}},
 	}
 	if err := mallory.Create(ctx, hr); err != nil {
