@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -39,7 +40,16 @@ func (r *Reconciler) beforeRepair(s *scope, stage string, what []string, drift b
 		return r.reportDrift(s, key, stage, what, observe), false
 	}
 	if wait := r.repairWait(key, time.Now()); wait > 0 {
-		// A repeated drift backs off: keep the conditions it set and repair later.
+		// A repeated drift backs off: the conditions it set stay, and the repair comes
+		// later. A stage this pass has not said False and the status still holds True
+		// (the back-off is the plane's, and another stage's drift started it) differs
+		// now from what the operator wants: it must not stay True meanwhile.
+		if said, ok := s.results[stage]; (!ok || said.status == metav1.ConditionTrue) &&
+			apimeta.IsStatusConditionTrue(s.plane.Status.Conditions, stage) {
+			r.setVerified(key, stage, false)
+			s.observe(stage, stageFalse(cpv1.ProgressingReason, "%s differs from what the operator wants; restoring in %s, when the plane's drift back-off ends",
+				strings.Join(what, ", "), wait.Round(time.Millisecond)))
+		}
 		s.waiting = true
 		return ctrl.Result{RequeueAfter: wait}, false
 	}
@@ -89,10 +99,13 @@ func (r *Reconciler) converge(ctx context.Context, s *scope, c convergence) (res
 		return ctrl.Result{}, err == nil, err
 	}
 	key := client.ObjectKeyFromObject(s.plane)
-	drift := r.wasVerified(key, c.stage, apimeta.IsStatusConditionTrue(s.plane.Status.Conditions, c.stage)) &&
-		(c.ownChange == nil || !c.ownChange())
-	if res, proceed := r.beforeRepair(s, c.stage, found, drift, nil); !proceed {
-		return res, false, nil
+	// The operator's own change (a grant revoked) is applied at once: the drift back-off
+	// is against another writer fighting it, and a narrowing must not wait on it.
+	if own := c.ownChange != nil && c.ownChange(); !own {
+		drift := r.wasVerified(key, c.stage, apimeta.IsStatusConditionTrue(s.plane.Status.Conditions, c.stage))
+		if res, proceed := r.beforeRepair(s, c.stage, found, drift, nil); !proceed {
+			return res, false, nil
+		}
 	}
 	if err := c.restore(ctx); err != nil {
 		return ctrl.Result{}, false, err
