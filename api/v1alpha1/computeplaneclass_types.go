@@ -163,6 +163,34 @@ type PlacementReleasePolicy struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="uninstallTimeout must be between 10s and 24h"
 	UninstallTimeout *metav1.Duration `json:"uninstallTimeout,omitempty"`
 
+	// MinInterval is the shortest interval a placement release may ask the shared Flux
+	// controllers to work at: spec.interval, spec.chart.spec.interval and the install
+	// and upgrade strategies' retryInterval. Flux's controllers serve every tenant, so
+	// one tenant's releases at 1s would keep them busy for all (other tenants' installs,
+	// teardowns' uninstalls). A release below it is refused at admission; one a class
+	// change leaves below it is suspended and reported until it fits.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="minInterval must be between 1s and 24h"
+	MinInterval *metav1.Duration `json:"minInterval,omitempty"`
+
+	// MaxTimeout is the longest a placement release may let one Helm action hold a Flux
+	// worker: spec.timeout and the install, upgrade, test, rollback and uninstall
+	// timeouts. Judged like minInterval.
+	// +optional
+	// +kubebuilder:default="30m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('30s') && duration(self) <= duration('6h')",message="maxTimeout must be between 30s and 6h"
+	MaxTimeout *metav1.Duration `json:"maxTimeout,omitempty"`
+
+	// MaxRetries is the most remediation retries a placement release may ask for
+	// (spec.install.remediation.retries, spec.upgrade.remediation.retries); a negative
+	// number, Flux's "retry forever", is refused. Judged like minInterval.
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	MaxRetries *int32 `json:"maxRetries,omitempty"`
+
 	// Selector declares placement on the application kind rather than in each release:
 	// a HelmRelease it matches (by the release's own labels, e.g. the platform's
 	// application-kind label) in the namespace of a plane of this class is a placement

@@ -547,6 +547,21 @@ func (in *PlacementReleasePolicy) DeepCopyInto(out *PlacementReleasePolicy) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.MinInterval != nil {
+		in, out := &in.MinInterval, &out.MinInterval
+		*out = new(v1.Duration)
+		**out = **in
+	}
+	if in.MaxTimeout != nil {
+		in, out := &in.MaxTimeout, &out.MaxTimeout
+		*out = new(v1.Duration)
+		**out = **in
+	}
+	if in.MaxRetries != nil {
+		in, out := &in.MaxRetries, &out.MaxRetries
+		*out = new(int32)
+		**out = **in
+	}
 	if in.Selector != nil {
 		in, out := &in.Selector, &out.Selector
 		*out = new(v1.LabelSelector)

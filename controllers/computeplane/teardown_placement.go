@@ -245,11 +245,7 @@ func (r *Reconciler) abandonPlacement(ctx context.Context, s *scope) (string, er
 // be missed, the plane would go without it, and the release would keep its finalizer
 // (and its namespace) forever, since nothing could uninstall it any more.
 func (r *Reconciler) placementReleases(ctx context.Context, namespace string) ([]helmv2.HelmRelease, error) {
-	var hrs helmv2.HelmReleaseList
-	if err := r.APIReader.List(ctx, &hrs, client.InNamespace(namespace), client.MatchingLabels{cpv1.PlacementLabel: cpv1.PlacementLabelValue}); err != nil {
-		return nil, err
-	}
-	return hrs.Items, nil
+	return listReleases(ctx, r.APIReader, namespace, client.MatchingLabels{cpv1.PlacementLabel: cpv1.PlacementLabelValue})
 }
 
 // releasePlacementFinalizers deletes the releases (if they are not yet) and removes the

@@ -2,10 +2,10 @@ package computeplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
-	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -86,12 +86,11 @@ func (v *Validator) ValidateDelete(ctx context.Context, p *cpv1.ComputePlane) (a
 	if p.Annotations[cpv1.UninstallAnnotation] != "" || p.Annotations[cpv1.AbandonAnnotation] != "" || !p.DeletionTimestamp.IsZero() {
 		return nil, nil
 	}
-	var releases helmv2.HelmReleaseList
-	if err := v.Reader.List(ctx, &releases, client.InNamespace(p.Namespace),
-		client.MatchingLabels{cpv1.PlacementLabel: cpv1.PlacementLabelValue}); err != nil {
+	releases, err := listReleases(ctx, v.Reader, p.Namespace, client.MatchingLabels{cpv1.PlacementLabel: cpv1.PlacementLabelValue})
+	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("listing the placement releases of %q: %w", p.Namespace, err))
 	}
-	running := runningReleases(releases.Items)
+	running := runningReleases(releases)
 	if len(running) == 0 {
 		return nil, nil
 	}
@@ -114,6 +113,9 @@ var fluxLists = []schema.GroupVersionKind{
 	{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Kind: "KustomizationList"},
 }
 
+// errStopListing ends a walk of Flux objects early.
+var errStopListing = errors.New("stop listing")
+
 // noFluxObjectNamesTheCredential refuses a plane whose applier kubeconfig a Flux object
 // of the namespace already names: the placement webhook refuses such an object once the
 // plane exists, so without this check a tenant could name the credential first and have
@@ -123,20 +125,24 @@ func (v *Validator) noFluxObjectNamesTheCredential(ctx context.Context, p *cpv1.
 	for _, gvk := range fluxLists {
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(gvk)
-		if err := v.Reader.List(ctx, list, client.InNamespace(p.Namespace)); err != nil {
-			if apimeta.IsNoMatchError(err) {
-				continue
-			}
-			return apierrors.NewInternalError(fmt.Errorf("listing %s in %q: %w", gvk.Kind, p.Namespace, err))
-		}
-		for _, o := range list.Items {
-			kind := strings.TrimSuffix(gvk.Kind, "List")
+		kind := strings.TrimSuffix(gvk.Kind, "List")
+		var refused error
+		err := eachFluxObject(ctx, v.Reader, list, p.Namespace, func(o *unstructured.Unstructured) error {
 			placement := kind == "HelmRelease" && tenancy.IsPlacement(o.GetLabels())
 			if errs := tenancy.CredentialErrors(kind, placement, tenancy.SuspectNames(o.Object), []cpv1.ComputePlane{*p}); len(errs) > 0 {
-				return apierrors.NewForbidden(cpv1.GroupVersion.WithResource("computeplanes").GroupResource(), p.Name,
+				refused = apierrors.NewForbidden(cpv1.GroupVersion.WithResource("computeplanes").GroupResource(), p.Name,
 					fmt.Errorf("%s %s/%s already names %s, the applier kubeconfig this ComputePlane would get (%s); remove that reference first",
 						kind, o.GetNamespace(), o.GetName(), tenancy.ApplierSecretName(p), errs[0].Field))
+				return errStopListing
 			}
+			return nil
+		})
+		switch {
+		case refused != nil:
+			return refused
+		case apimeta.IsNoMatchError(err):
+		case err != nil:
+			return apierrors.NewInternalError(fmt.Errorf("listing %s in %q: %w", gvk.Kind, p.Namespace, err))
 		}
 	}
 	return nil

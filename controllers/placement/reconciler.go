@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
@@ -274,7 +275,7 @@ func (r *Reconciler) notRouted(hr *helmv2.HelmRelease, plane *cpv1.ComputePlane,
 		return "", err
 	}
 	found := ""
-	if errs := placementErrors(obj, plane, class.Spec.PlacementReleases.SourceNamespaces); len(errs) > 0 {
+	if errs := placementErrors(obj, plane, class.Spec.PlacementReleases); len(errs) > 0 {
 		found = errs.ToAggregate().Error()
 	}
 	r.mu.Lock()
@@ -294,5 +295,9 @@ func toJSONObject(hr *helmv2.HelmRelease) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return decode(b)
+	var obj map[string]any
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return nil, fmt.Errorf("decoding HelmRelease %s/%s: %w", hr.Namespace, hr.Name, err)
+	}
+	return obj, nil
 }

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strings"
+
+	"gomodules.xyz/jsonpatch/v2"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -30,27 +33,70 @@ func routeFor(p *cpv1.ComputePlane) placementRoute {
 // isPlacement reports whether a HelmRelease (as a JSON object) is a placement release.
 func isPlacement(obj map[string]any) bool { return tenancy.IsPlacement(stringLabels(obj)) }
 
-// routeRelease fills in the routing a placement release leaves out; what it sets is
-// left for routingErrors to judge. It works on the JSON object, not Flux's Go types, so
-// fields this build does not know are neither lost nor overlooked.
-func routeRelease(obj map[string]any, r placementRoute) {
-	spec := ensureMap(obj, "spec")
-	if _, ok := spec["kubeConfig"]; !ok {
-		spec["kubeConfig"] = map[string]any{"secretRef": map[string]any{"name": r.secret, "key": cpv1.ApplierKubeconfigKey}}
+// routingOps are the JSON patch operations that fill in the routing a placement release
+// leaves out; what it sets is left for routingErrors to judge. It reads the JSON object
+// and writes nothing: admission patches by fields, so it never re-encodes a release (nor
+// its values, which it never decodes), and fields this build does not know are neither
+// lost nor overlooked. Pure.
+func routingOps(obj map[string]any, r placementRoute) []jsonpatch.Operation {
+	var ops []jsonpatch.Operation
+	spec, ok := obj["spec"].(map[string]any)
+	if !ok {
+		ops = append(ops, jsonpatch.NewOperation("add", "/spec", map[string]any{}))
 	}
-	for key, value := range map[string]string{
-		"serviceAccountName": cpv1.DeployerName,
-		"targetNamespace":    r.namespace,
-		"storageNamespace":   r.namespace,
+	if _, ok := spec["kubeConfig"]; !ok {
+		ops = append(ops, jsonpatch.NewOperation("add", "/spec/kubeConfig",
+			map[string]any{"secretRef": map[string]any{"name": r.secret, "key": cpv1.ApplierKubeconfigKey}}))
+	}
+	for _, f := range []struct{ key, value string }{
+		{"serviceAccountName", cpv1.DeployerName},
+		{"storageNamespace", r.namespace},
+		{"targetNamespace", r.namespace},
 	} {
-		if v, _ := spec[key].(string); v == "" {
-			spec[key] = value
+		if v, _ := spec[f.key].(string); v == "" {
+			// add replaces a member that is there (an empty string, a null).
+			ops = append(ops, jsonpatch.NewOperation("add", "/spec/"+f.key, f.value))
 		}
 	}
-	install := ensureMap(spec, "install")
-	if _, ok := install["createNamespace"]; !ok {
-		install["createNamespace"] = false
+	switch install, ok := spec["install"].(map[string]any); {
+	case !ok:
+		ops = append(ops, jsonpatch.NewOperation("add", "/spec/install", map[string]any{"createNamespace": false}))
+	default:
+		if _, ok := install["createNamespace"]; !ok {
+			ops = append(ops, jsonpatch.NewOperation("add", "/spec/install/createNamespace", false))
+		}
 	}
+	return ops
+}
+
+// labelOp is the JSON patch operation that gives an object a label it lacks (none when
+// it has it). Every object admission sees has metadata (its name). Pure.
+func labelOp(obj map[string]any, label, value string) []jsonpatch.Operation {
+	labels, ok := nested(obj, "metadata", "labels").(map[string]any)
+	switch {
+	case !ok:
+		return []jsonpatch.Operation{jsonpatch.NewOperation("add", "/metadata/labels", map[string]any{label: value})}
+	case labels[label] != value:
+		return []jsonpatch.Operation{jsonpatch.NewOperation("add", "/metadata/labels/"+pointerEscape(label), value)}
+	}
+	return nil
+}
+
+// finalizerOp is the JSON patch operation that adds a finalizer an object lacks. Pure.
+func finalizerOp(obj map[string]any, finalizer string) []jsonpatch.Operation {
+	finalizers, ok := nested(obj, "metadata", "finalizers").([]any)
+	switch {
+	case !ok:
+		return []jsonpatch.Operation{jsonpatch.NewOperation("add", "/metadata/finalizers", []any{finalizer})}
+	case !containsAny(finalizers, finalizer):
+		return []jsonpatch.Operation{jsonpatch.NewOperation("add", "/metadata/finalizers/-", finalizer)}
+	}
+	return nil
+}
+
+// pointerEscape escapes a key for a JSON pointer (RFC 6901).
+func pointerEscape(key string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
 }
 
 // routingErrors lists every way a placement release is not routed as it must be, each

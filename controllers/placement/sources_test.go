@@ -71,7 +71,7 @@ func TestHelmReleaseFieldsAreJudged(t *testing.T) {
 			}
 			placement := map[string]any{"metadata": map[string]any{"labels": map[string]any{cpv1.PlacementLabel: cpv1.PlacementLabelValue}}, "spec": spec}
 			routeRelease(placement, routeFor(plane))
-			got := placementErrors(placement, plane, []string{"cozy-public"}).ToAggregate()
+			got := placementErrors(placement, plane, cpv1.PlacementReleasePolicy{SourceNamespaces: []string{"cozy-public"}}).ToAggregate()
 			expect(t, "placement release", got, tc.want)
 
 			var unrouted map[string]any // routeRelease filled in the placement release's spec
@@ -115,10 +115,10 @@ func TestUpdatesAreJudgedForWhatTheyIntroduce(t *testing.T) {
 	moved := release(`{"suspend":true,"chartRef":{"kind":"OCIRepository","name":"app","namespace":"tenant-c"}}`)
 	resumed := release(`{"chartRef":{"kind":"OCIRepository","name":"app","namespace":"tenant-b"}}`)
 
-	if errs := newErrors(placementErrors(valuesEdited, plane, nil), placementErrors(stored, plane, nil)); len(errs) > 0 {
+	if errs := newErrors(placementErrors(valuesEdited, plane, cpv1.PlacementReleasePolicy{}), placementErrors(stored, plane, cpv1.PlacementReleasePolicy{})); len(errs) > 0 {
 		t.Errorf("an edit that keeps a stored source was refused: %v", errs)
 	}
-	if errs := newErrors(placementErrors(moved, plane, nil), placementErrors(stored, plane, nil)); len(errs) != 1 {
+	if errs := newErrors(placementErrors(moved, plane, cpv1.PlacementReleasePolicy{}), placementErrors(stored, plane, cpv1.PlacementReleasePolicy{})); len(errs) != 1 {
 		t.Errorf("moving to another foreign source: %v, want one new error", errs)
 	}
 	if !unsuspends(stored, resumed) || unsuspends(resumed, stored) || unsuspends(stored, valuesEdited) {

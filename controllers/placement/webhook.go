@@ -2,7 +2,7 @@ package placement
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -11,8 +11,10 @@ import (
 	"strings"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,14 +65,16 @@ func (w *Webhook) mutate(ctx context.Context, req admission.Request) admission.R
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	obj, err := decode(req.Object.Raw)
+	obj, err := decodeJudged(req.Object.Raw)
 	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
+		// The validating half refuses it, saying why.
+		return admission.Allowed("")
 	}
 	if nested(obj, "metadata", "deletionTimestamp") != nil {
 		return admission.Allowed("")
 	}
 	var plane *cpv1.ComputePlane
+	var ops []jsonpatch.Operation
 	if !isPlacement(obj) {
 		var kind string
 		if plane, kind, err = w.placementClass(ctx, req.Namespace, obj); err != nil {
@@ -79,47 +83,45 @@ func (w *Webhook) mutate(ctx context.Context, req admission.Request) admission.R
 		if kind == "" {
 			return admission.Allowed("") // not a placement release: never changed
 		}
-		labels := ensureMap(ensureMap(obj, "metadata"), "labels")
-		labels[cpv1.PlacementLabel] = cpv1.PlacementLabelValue
+		ops = labelOp(obj, cpv1.PlacementLabel, cpv1.PlacementLabelValue)
 	} else if plane, err = w.planeOf(ctx, req.Namespace); err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	if plane != nil {
 		// Without a plane the validating half refuses it, saying why.
-		w.route(obj, plane)
+		ops = append(ops, routingOps(obj, routeFor(plane))...)
+		ops = append(ops, finalizerOp(obj, cpv1.PlacementFinalizer)...)
 	}
-	routed, err := json.Marshal(obj)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, routed)
-}
-
-// route fills in a placement release's routing into plane and adds the placement
-// finalizer.
-func (w *Webhook) route(obj map[string]any, plane *cpv1.ComputePlane) {
-	routeRelease(obj, routeFor(plane))
-	md := ensureMap(obj, "metadata")
-	finalizers, _ := md["finalizers"].([]any)
-	if !containsAny(finalizers, cpv1.PlacementFinalizer) {
-		md["finalizers"] = append(finalizers, cpv1.PlacementFinalizer)
-	}
+	return admission.Patched("", ops...)
 }
 
 func (w *Webhook) validate(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	obj, err := decode(req.Object.Raw)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
+	obj, err := decodeJudged(req.Object.Raw)
 	var old map[string]any
-	if req.Operation == admissionv1.Update {
-		if old, err = decode(req.OldObject.Raw); err != nil {
-			return admission.Errored(http.StatusBadRequest, err)
+	if err == nil && req.Operation == admissionv1.Update {
+		if old, err = decodeJudged(req.OldObject.Raw); err != nil {
+			err = fmt.Errorf("the stored version, from before the bound: %w; delete the object and create it again within the bound", err)
 		}
 	}
+	var big errTooLarge
+	switch {
+	case errors.As(err, &big) && isDeleted(req.Object.Raw):
+		// A deleted object only loses finalizers: it can no longer be applied anywhere.
+		return admission.Allowed("")
+	case errors.As(err, &big):
+		return admission.Denied(fmt.Sprintf("%s %s/%s: %v", req.Kind.Kind, req.Namespace, req.Name, err))
+	case err != nil:
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	return w.validateObject(ctx, req, obj, old)
+}
+
+// validateObject judges a Flux object, decoded as admission judges it, and on an update
+// the version it replaces.
+func (w *Webhook) validateObject(ctx context.Context, req admission.Request, obj, old map[string]any) admission.Response {
 	if req.Kind.Kind != "HelmRelease" || !isPlacement(obj) {
 		return w.validateOther(ctx, req, obj, old)
 	}
@@ -158,12 +160,11 @@ func (w *Webhook) validate(ctx context.Context, req admission.Request) admission
 			return *resp
 		}
 	}
-	sources := policy.SourceNamespaces
-	errs := placementErrors(obj, plane, sources)
+	errs := placementErrors(obj, plane, policy)
 	if wasPlacement && !unsuspends(old, obj) {
 		// Refused for what the update introduces; resuming a release that does not fit is
 		// judged whole (the placement controller suspended it for a reason).
-		errs = newErrors(errs, placementErrors(old, plane, sources))
+		errs = newErrors(errs, placementErrors(old, plane, policy))
 	}
 	if len(errs) > 0 {
 		return admission.Denied(fmt.Sprintf("placement release %s/%s must be routed into ComputePlane %s only: %s",
@@ -205,23 +206,20 @@ func (w *Webhook) validateReferences(ctx context.Context, req admission.Request,
 		// A deleted object only loses finalizers; it can no longer be applied anywhere.
 		return admission.Allowed("")
 	}
-	// A suspect names the plane it would be the credential of: read that plane alone (a
-	// read of one object comes from etcd at once; a consistent list waits for the watch
-	// cache to catch up, up to 100 ms on a busy apiserver).
+	names := suspectPlanes(suspects)
+	if len(names) > MaxSuspectPlanes {
+		return admission.Denied(fmt.Sprintf("%s %s/%s names %d Secrets shaped like a ComputePlane's applier kubeconfig (*%s), more than the %d the operator's admission looks up",
+			req.Kind.Kind, req.Namespace, req.Name, len(names), cpv1.ApplierKubeconfigSuffix, MaxSuspectPlanes))
+	}
 	var planes []cpv1.ComputePlane
-	for _, s := range suspects {
-		p := cpv1.ComputePlane{}
-		key := client.ObjectKey{Namespace: req.Namespace, Name: strings.TrimSuffix(s.Value, cpv1.ApplierKubeconfigSuffix)}
-		if key.Name == "" || slices.ContainsFunc(planes, func(q cpv1.ComputePlane) bool { return q.Name == key.Name }) {
-			continue
+	for _, name := range names {
+		p, err := w.suspectPlane(ctx, client.ObjectKey{Namespace: req.Namespace, Name: name})
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
 		}
-		switch err := w.Reader.Get(ctx, key, &p); {
-		case apierrors.IsNotFound(err):
-			continue
-		case err != nil:
-			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading ComputePlane %s: %w", key, err))
+		if p != nil {
+			planes = append(planes, *p)
 		}
-		planes = append(planes, p)
 	}
 	if errs := tenancy.CredentialErrors(req.Kind.Kind, false, suspects, planes); len(errs) > 0 {
 		return admission.Denied(fmt.Sprintf("%s %s/%s: %s", req.Kind.Kind, req.Namespace, req.Name, errs.ToAggregate().Error()))
@@ -229,12 +227,55 @@ func (w *Webhook) validateReferences(ctx context.Context, req admission.Request,
 	return admission.Allowed("")
 }
 
+// MaxSuspectPlanes bounds the planes one Flux object's suspect names make admission look
+// up: an object names one credential, or two; a tenant's object naming thousands would
+// cost a read each, as the operator, within every tenant's admission.
+const MaxSuspectPlanes = 8
+
+// suspectPlanes are the distinct plane names a Flux object's suspects would be the
+// credential of (a string no object could be named is no plane's). Pure.
+func suspectPlanes(suspects []tenancy.NamedString) []string {
+	var names []string
+	for _, s := range suspects {
+		name := strings.TrimSuffix(s.Value, cpv1.ApplierKubeconfigSuffix)
+		if len(validation.IsDNS1123Subdomain(name)) == 0 && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// suspectPlane reads the plane a suspect name would be the credential of (nil: none):
+// from the manager's cache, which holds every plane, and, only when it has none of that
+// name, from the API server (a plane created a moment ago counts; one read of one object
+// comes from etcd at once, where a consistent list waits on the watch cache).
+func (w *Webhook) suspectPlane(ctx context.Context, key client.ObjectKey) (*cpv1.ComputePlane, error) {
+	p := &cpv1.ComputePlane{}
+	if w.Cache != nil {
+		switch err := w.Cache.Get(ctx, key, p); {
+		case err == nil:
+			return p, nil
+		case !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("reading ComputePlane %s from the cache: %w", key, err)
+		}
+	}
+	switch err := w.Reader.Get(ctx, key, p); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading ComputePlane %s: %w", key, err)
+	}
+	return p, nil
+}
+
 // placementErrors is everything wrong with a placement release for its plane: its
-// routing, any other mention of the plane's credential, its sources. Pure.
-func placementErrors(obj map[string]any, plane *cpv1.ComputePlane, sources []string) field.ErrorList {
+// routing, any other mention of the plane's credential, its sources, what it asks of
+// Flux's shared controllers. Pure.
+func placementErrors(obj map[string]any, plane *cpv1.ComputePlane, policy cpv1.PlacementReleasePolicy) field.ErrorList {
 	errs := routingErrors(obj, routeFor(plane))
 	errs = append(errs, tenancy.CredentialErrors("HelmRelease", true, tenancy.SuspectNames(obj), []cpv1.ComputePlane{*plane})...)
-	return append(errs, sourceErrors(obj, plane.Namespace, sources)...)
+	errs = append(errs, sourceErrors(obj, plane.Namespace, policy.SourceNamespaces)...)
+	return append(errs, boundErrors(obj, boundsOf(policy))...)
 }
 
 // releasePolicy is what the plane's class lets its placement releases do; the defaults
@@ -291,14 +332,6 @@ func onlySuspendChanged(old, obj map[string]any) bool {
 // unsuspends reports whether an update resumes a suspended release.
 func unsuspends(old, obj map[string]any) bool {
 	return nested(old, "spec", "suspend") == true && nested(obj, "spec", "suspend") != true
-}
-
-func decode(raw []byte) (map[string]any, error) {
-	var obj map[string]any
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, fmt.Errorf("decoding the HelmRelease: %w", err)
-	}
-	return obj, nil
 }
 
 func containsAny(list []any, s string) bool {

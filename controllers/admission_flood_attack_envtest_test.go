@@ -1,0 +1,102 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/controllers/placement"
+)
+
+// TestAttackAdmissionAsAWeapon: the placement webhooks judge every tenant's Flux
+// objects with failurePolicy Fail, so what one tenant makes them do, every tenant waits
+// on. A tenant (the tenant roles and Flux's aggregated edit) sends, with
+// --dry-run=server so nothing is stored: a release whose spec (values aside) is past
+// what admission decodes; one naming more applier-kubeconfig-shaped Secrets than
+// admission looks up (a read each, as the operator); placement releases that would keep
+// Flux's shared controllers busy (an interval of 1s, an hour-long timeout, retries
+// forever). Each was accepted before. A release with 2 MiB of values is still admitted,
+// routed by the webhook's field patch, its values untouched: values are never judged.
+func TestAttackAdmissionAsAWeapon(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := planeWithClass(t, ctx, newClass("weapon-"+rand.String(6)))
+	mallory := fluxTenant(t, ctx, p.Namespace, "mallory-"+rand.String(4))
+
+	release := func(name string, placement bool, mut func(*helmv2.HelmRelease)) *helmv2.HelmRelease {
+		hr := &helmv2.HelmRelease{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: name},
+			Spec: helmv2.HelmReleaseSpec{Interval: metav1.Duration{Duration: time.Hour},
+				ChartRef: &helmv2.CrossNamespaceSourceReference{Kind: "OCIRepository", Name: "app"}}}
+		if placement {
+			hr.Labels = map[string]string{cpv1.PlacementLabel: cpv1.PlacementLabelValue}
+		}
+		mut(hr)
+		return hr
+	}
+	forever := -1
+	attacks := []struct {
+		name string
+		obj  client.Object
+		want string
+	}{
+		{"a spec past what admission decodes", release("big-spec", false, func(hr *helmv2.HelmRelease) {
+			for i := range 5000 {
+				hr.Spec.ValuesFrom = append(hr.Spec.ValuesFrom, helmv2.ValuesReference{Kind: "ConfigMap", Name: fmt.Sprintf("cm-%d", i), ValuesKey: strings.Repeat("k", 40)})
+			}
+		}), "more than the 256 KiB"},
+		{"more suspects than admission looks up", release("suspects", false, func(hr *helmv2.HelmRelease) {
+			for i := range placement.MaxSuspectPlanes + 1 {
+				hr.Spec.ValuesFrom = append(hr.Spec.ValuesFrom, helmv2.ValuesReference{Kind: "Secret", Name: fmt.Sprintf("p%d%s", i, cpv1.ApplierKubeconfigSuffix)})
+			}
+		}), "more than the 8 the operator's admission looks up"},
+		{"a placement release every second", release("hot", true, func(hr *helmv2.HelmRelease) {
+			hr.Spec.Interval = metav1.Duration{Duration: time.Second}
+		}), "spec.interval: Invalid value: \"1s\": must be at least 30s"},
+		{"a placement release holding a worker for an hour", release("slow", true, func(hr *helmv2.HelmRelease) {
+			hr.Spec.Timeout = &metav1.Duration{Duration: time.Hour}
+		}), "spec.timeout"},
+		{"a placement release retrying forever", release("forever", true, func(hr *helmv2.HelmRelease) {
+			hr.Spec.Install = &helmv2.Install{Remediation: &helmv2.InstallRemediation{Retries: forever}}
+		}), "retries forever"},
+	}
+	for _, a := range attacks {
+		err := mallory.Create(ctx, a.obj, client.DryRunAll)
+		switch {
+		case err == nil:
+			t.Errorf("%s: admitted", a.name)
+		case !strings.Contains(err.Error(), a.want):
+			t.Errorf("%s: refused, but not by the bound (%v); want %q", a.name, err, a.want)
+		}
+	}
+
+	// Values are never judged: 2 MiB of them (the apiserver's own bound) pass, and the
+	// webhook's field patch routes the release.
+	var values strings.Builder
+	values.WriteString(`{"blob":{`)
+	for i := 0; values.Len() < 2<<20; i++ {
+		if i > 0 {
+			values.WriteString(",")
+		}
+		fmt.Fprintf(&values, `"k%d":0`, i)
+	}
+	values.WriteString("}}")
+	big := release("big-values", true, func(hr *helmv2.HelmRelease) {
+		hr.Spec.Values = &apiextensionsv1.JSON{Raw: []byte(values.String())}
+	})
+	if err := mallory.Create(ctx, big, client.DryRunAll); err != nil {
+		t.Fatalf("a placement release with large values was refused: %v", err)
+	}
+	if big.Spec.KubeConfig == nil || big.Spec.KubeConfig.SecretRef.Name != p.Name+cpv1.ApplierKubeconfigSuffix ||
+		big.Spec.TargetNamespace != p.Namespace || !strings.Contains(string(big.Spec.Values.Raw), `"k1000":0`) {
+		t.Errorf("the release was not routed, or its values changed: kubeConfig %v, targetNamespace %q", big.Spec.KubeConfig, big.Spec.TargetNamespace)
+	}
+}
