@@ -2,14 +2,17 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/cozystack/computeplane/controllers/tenancy"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
@@ -66,16 +69,58 @@ func TestPlacementByApplicationKind(t *testing.T) {
 		t.Errorf("a kind the plane's class does not place was labelled: %v", foreign.Labels)
 	}
 
-	// The operator's own releases (add-ons, marked with a plane's UID) are never placed.
-	addon := applicationRelease(p.Namespace, "addon", kind)
-	addon.Labels[cpv1.PlaneUIDLabel] = string(p.UID)
-	if err := k8s.Create(ctx, addon); err != nil {
-		t.Fatal(err)
-	}
-	if addon.Labels[cpv1.PlacementLabel] != "" {
-		t.Errorf("an operator-owned release was made a placement release: %v", addon.Labels)
-	}
-
 	planeless := tenantNamespace(t, ctx)
 	denied(t, k8s.Create(ctx, applicationRelease(planeless, "jupyter", kind)), "has no ComputePlane")
+
+	// The operator's own releases (add-ons, in the plane's infrastructure namespace,
+	// marked with its UID) are never placed.
+	eventually(t, settle, func() error {
+		return k8s.Get(ctx, client.ObjectKey{Name: infraOf(p)}, &corev1.Namespace{})
+	})
+	eventually(t, settle, func() error {
+		// The webhook knows the namespace as the plane's once its status says so.
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		if got.Status.InfrastructureNamespace != infraOf(p) {
+			return fmt.Errorf("infrastructure namespace %q", got.Status.InfrastructureNamespace)
+		}
+		return nil
+	})
+	eventually(t, settle, func() error {
+		addon := applicationRelease(infraOf(p), "addon", kind)
+		addon.Labels[cpv1.PlaneUIDLabel] = string(p.UID)
+		if err := k8s.Create(ctx, addon, client.DryRunAll); err != nil {
+			return err
+		}
+		if addon.Labels[cpv1.PlacementLabel] != "" {
+			return fmt.Errorf("an operator-owned release was made a placement release: %v", addon.Labels)
+		}
+		return nil
+	})
+}
+
+// TestAttackForgedUIDLabelEscapesPlacement: the exemption for the operator's own
+// add-ons was the plane uid label alone, which a tenant sets on its own releases. A
+// release of a kind the class places, carrying its plane's uid, was stored unlabelled and
+// unrouted: untrusted code the platform declared placed, applied to the management
+// cluster. The label exempts only in that plane's infrastructure namespace.
+func TestAttackForgedUIDLabelEscapesPlacement(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	class := newClass("forged-"+rand.String(6), func(c *cpv1.ComputePlaneClass) {
+		c.Spec.PlacementReleases.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{kindLabel: "notebook-" + c.Name}}
+	})
+	p := planeWithClass(t, ctx, class)
+	mallory := fluxTenant(t, ctx, p.Namespace, "mallory-"+rand.String(4))
+	forged := applicationRelease(p.Namespace, "forged", "notebook-"+class.Name)
+	forged.Labels[cpv1.PlaneUIDLabel] = string(p.UID)
+	if err := mallory.Create(ctx, forged); err != nil {
+		t.Fatalf("the tenant could not create the release (the test proves nothing): %v", err)
+	}
+	if forged.Labels[cpv1.PlacementLabel] != cpv1.PlacementLabelValue || forged.Spec.KubeConfig == nil ||
+		forged.Spec.KubeConfig.SecretRef.Name != tenancy.ApplierSecretName(p) {
+		t.Errorf("a release of a placed kind with a forged uid label was stored unrouted: labels %v, kubeConfig %+v", forged.Labels, forged.Spec.KubeConfig)
+	}
 }

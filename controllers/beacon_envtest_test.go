@@ -75,8 +75,9 @@ func TestCapabilityBeacon(t *testing.T) {
 // TestAttackOperatorRelabelsNamespaces: the operator holds patch and delete on every
 // namespace (it cannot know its infrastructure namespaces' names in advance). Its token
 // stolen, or a bug, must not relabel a tenant namespace (privileged Pod Security, another
-// class's allowedNamespaces) or delete one: the namespace guard lets it change only the
-// capability labels of a namespace it did not create, and delete only its own.
+// class's allowedNamespaces, another provider's capability) or delete one: the namespace
+// guard lets it change only its own capability label of a namespace it did not create,
+// to a plane's name, and delete only its own.
 func TestAttackOperatorRelabelsNamespaces(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -86,8 +87,13 @@ func TestAttackOperatorRelabelsNamespaces(t *testing.T) {
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{key: value}}})
 		return op.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, client.RawPatch(types.MergePatchType, patch))
 	}
-	eventuallyDenied(t, func() error { return label("pod-security.kubernetes.io/enforce", "privileged") }, "may change only the namespace.cozystack.io/capability.* labels")
-	denied(t, label("tenant.example.com/class", "gold"), "may change only the namespace.cozystack.io/capability.* labels")
+	const onlyItsBeacon = "may change only its capability label " + cpv1.DefaultCapabilityLabel
+	eventuallyDenied(t, func() error { return label("pod-security.kubernetes.io/enforce", "privileged") }, onlyItsBeacon)
+	denied(t, label("tenant.example.com/class", "gold"), onlyItsBeacon)
+	// Another capability (a consumer would send another provider's workloads here), or its
+	// own with a value no plane could be named.
+	denied(t, label(cpv1.CapabilityLabelPrefix+"gpu-cluster", "plane"), onlyItsBeacon)
+	denied(t, label(cpv1.DefaultCapabilityLabel, "Not_A_Plane"), onlyItsBeacon)
 	denied(t, op.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}), "deletes only the namespaces it created")
 	if err := label(cpv1.DefaultCapabilityLabel, "plane"); err != nil {
 		t.Fatalf("the beacon itself was refused: %v", err)

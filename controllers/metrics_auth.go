@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,9 +27,16 @@ const (
 	metricsAllowTTL  = time.Minute
 	metricsDenyTTL   = 10 * time.Second
 	metricsReviewTTL = 10 * time.Second
-	// metricsCacheSize bounds the verdicts kept: scrapers are a handful of identities;
-	// a caller cycling through tokens only empties the cache sooner.
+	// metricsCacheSize bounds the verdicts kept, of each kind: scrapers are a handful of
+	// identities; a caller cycling through tokens only empties the refusals sooner, never
+	// the scrapers' permissions.
 	metricsCacheSize = 256
+	// metricsReviewRate and metricsReviewBurst bound the reviews of tokens not seen yet:
+	// each is a TokenReview and a SubjectAccessReview on the management API server, and
+	// a caller that can reach the port would otherwise choose how many. Past the bound a
+	// request is answered 429, unreviewed (a scraper's retry is reviewed in time).
+	metricsReviewRate  = 5
+	metricsReviewBurst = 20
 )
 
 // metricsAuthFilter serves the metrics endpoint only to callers the management API
@@ -49,7 +57,7 @@ func metricsAuthFilter(cfg *rest.Config, httpClient *http.Client) (metricsserver
 	if err != nil {
 		return nil, err
 	}
-	a := &metricsAuth{reviews: c, now: time.Now}
+	a := &metricsAuth{reviews: c, now: time.Now, limit: newReviewLimit()}
 	return func(log logr.Logger, next http.Handler) (http.Handler, error) {
 		a.log = log
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -67,9 +75,15 @@ type metricsAuth struct {
 	log     logr.Logger
 	now     func() time.Time
 
-	mu       sync.Mutex
-	verdicts map[[sha256.Size]byte]metricsVerdict
+	limit *rate.Limiter
+
+	mu sync.Mutex
+	// allowed and refused are the verdicts still reused, kept apart so that refusals
+	// never evict a scraper's permission.
+	allowed, refused map[[sha256.Size]byte]metricsVerdict
 }
+
+func newReviewLimit() *rate.Limiter { return rate.NewLimiter(metricsReviewRate, metricsReviewBurst) }
 
 type metricsVerdict struct {
 	code    int
@@ -88,10 +102,16 @@ func (a *metricsAuth) verdict(req *http.Request) int {
 	key := sha256.Sum256([]byte(verb + "\x00" + req.URL.Path + "\x00" + token))
 	now := a.now()
 	a.mu.Lock()
-	v, found := a.verdicts[key]
+	v, found := a.allowed[key]
+	if !found {
+		v, found = a.refused[key]
+	}
 	a.mu.Unlock()
 	if found && now.Before(v.expires) {
 		return v.code
+	}
+	if a.limit != nil && !a.limit.AllowN(now, 1) {
+		return http.StatusTooManyRequests
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), metricsReviewTTL)
 	defer cancel()
@@ -101,23 +121,30 @@ func (a *metricsAuth) verdict(req *http.Request) int {
 		a.log.Error(err, "Could not review a metrics request")
 		return http.StatusInternalServerError
 	}
-	ttl := metricsDenyTTL
-	if code == http.StatusOK {
-		ttl = metricsAllowTTL
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.verdicts == nil || len(a.verdicts) >= metricsCacheSize {
-		a.verdicts = a.pruned(now)
+	if code == http.StatusOK {
+		a.allowed = remember(a.allowed, key, metricsVerdict{code: code, expires: now.Add(metricsAllowTTL)}, now)
+	} else {
+		a.refused = remember(a.refused, key, metricsVerdict{code: code, expires: now.Add(metricsDenyTTL)}, now)
 	}
-	a.verdicts[key] = metricsVerdict{code: code, expires: now.Add(ttl)}
 	return code
 }
 
+// remember adds a verdict to verdicts, first dropping the expired ones when they fill
+// the cache, and all of them if that is not enough.
+func remember(verdicts map[[sha256.Size]byte]metricsVerdict, key [sha256.Size]byte, v metricsVerdict, now time.Time) map[[sha256.Size]byte]metricsVerdict {
+	if verdicts == nil || len(verdicts) >= metricsCacheSize {
+		verdicts = pruned(verdicts, now)
+	}
+	verdicts[key] = v
+	return verdicts
+}
+
 // pruned is the verdicts still valid, or none if they fill the cache.
-func (a *metricsAuth) pruned(now time.Time) map[[sha256.Size]byte]metricsVerdict {
-	kept := make(map[[sha256.Size]byte]metricsVerdict, len(a.verdicts))
-	for k, v := range a.verdicts {
+func pruned(verdicts map[[sha256.Size]byte]metricsVerdict, now time.Time) map[[sha256.Size]byte]metricsVerdict {
+	kept := make(map[[sha256.Size]byte]metricsVerdict, len(verdicts))
+	for k, v := range verdicts {
 		if now.Before(v.expires) {
 			kept[k] = v
 		}

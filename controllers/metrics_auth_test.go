@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -128,7 +129,46 @@ func TestMetricsVerdicts(t *testing.T) {
 	for i := range 3 * metricsCacheSize {
 		scrape("forged-"+string(rune('a'+i%26))+time.Duration(i).String(), "/metrics")
 	}
-	if n := len(a.verdicts); n > metricsCacheSize {
-		t.Errorf("%d verdicts kept, want at most %d", n, metricsCacheSize)
+	if n := len(a.allowed) + len(a.refused); n > 2*metricsCacheSize {
+		t.Errorf("%d verdicts kept, want at most %d", n, 2*metricsCacheSize)
+	}
+	before = r.reviews
+	if got := scrape("new", "/metrics"); got != http.StatusOK || r.reviews != before {
+		t.Errorf("a flood of refused tokens evicted a scraper's permission: %d after %d reviews", got, r.reviews-before)
+	}
+}
+
+// TestMetricsReviewsAreRateLimited: the attack is a caller that reaches the metrics
+// port and sends a new made-up token with every request: each was a TokenReview on the
+// management API server, as many as it liked. Reviews of unseen tokens are bounded
+// (a burst, then a steady rate); past it the answer is 429 without a review, and a
+// scraper already let in is still served from its verdict.
+func TestMetricsReviewsAreRateLimited(t *testing.T) {
+	r := &reviewer{users: map[string]string{"prom": "prometheus"}, allowed: map[string]bool{"prometheus": true}}
+	now := time.Unix(1e9, 0)
+	a := &metricsAuth{reviews: r, now: func() time.Time { return now }, limit: newReviewLimit()}
+	scrape := func(token string) int {
+		req := httptest.NewRequest(http.MethodGet, "https://manager:8443/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		return a.verdict(req)
+	}
+	if got := scrape("prom"); got != http.StatusOK {
+		t.Fatalf("the scraper got %d", got)
+	}
+	limited := 0
+	for i := range 1000 {
+		if scrape(fmt.Sprintf("forged-%d", i)) == http.StatusTooManyRequests {
+			limited++
+		}
+	}
+	if r.reviews > metricsReviewBurst+2 || limited == 0 {
+		t.Errorf("1,000 made-up tokens in an instant cost %d reviews (%d answered 429), want at most the burst of %d", r.reviews, limited, metricsReviewBurst)
+	}
+	if got := scrape("prom"); got != http.StatusOK {
+		t.Errorf("during the flood the scraper got %d", got)
+	}
+	now = now.Add(time.Second)
+	if got := scrape("forged-new"); got != http.StatusUnauthorized {
+		t.Errorf("a second later an unseen token is reviewed again: got %d", got)
 	}
 }

@@ -286,16 +286,23 @@ func (w *walkthrough) admissionChecks() error {
 		`jsonpath=kubeConfig={.spec.kubeConfig.secretRef.name} serviceAccountName={.spec.serviceAccountName} targetNamespace={.spec.targetNamespace} storageNamespace={.spec.storageNamespace} finalizers={.metadata.finalizers}{"\n"}`); err != nil {
 		return fmt.Errorf("a placement release: %w", err)
 	}
-	for _, c := range []struct{ title, what, release string }{
+	for _, c := range []struct{ title, what, release, because string }{
 		{"...and one that asks to be applied as someone else is refused", "a placement release as another identity",
-			`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"sneaky","namespace":"tenant-demo","labels":{"computeplane.cozystack.io/placement":"ComputePlane"}},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"jupyter","namespace":"cozy-public"},"serviceAccountName":"default"}}`},
+			`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"sneaky","namespace":"tenant-demo","labels":{"computeplane.cozystack.io/placement":"ComputePlane"}},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"jupyter","namespace":"cozy-public"},"serviceAccountName":"default"}}`, ""},
 		{"...so is one whose chart is another tenant's source (the class allows cozy-public alone)", "a placement release with another tenant's chart source",
-			`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"borrowed","namespace":"tenant-demo","labels":{"computeplane.cozystack.io/placement":"ComputePlane"}},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"private","namespace":"tenant-other"}}}`},
+			`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"borrowed","namespace":"tenant-demo","labels":{"computeplane.cozystack.io/placement":"ComputePlane"}},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"private","namespace":"tenant-other"}}}`, ""},
 		{"...and an unlabelled release routed by hand with the plane's credential, to skip the gate", "an unlabelled release naming the applier kubeconfig",
-			`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"by-hand","namespace":"tenant-demo"},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"jupyter","namespace":"cozy-public"},"kubeConfig":{"secretRef":{"name":"demo-applier-kubeconfig","key":"value"}},"serviceAccountName":"computeplane-deployer"}}`},
+			`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"by-hand","namespace":"tenant-demo"},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"jupyter","namespace":"cozy-public"},"kubeConfig":{"secretRef":{"name":"demo-applier-kubeconfig","key":"value"}},"serviceAccountName":"computeplane-deployer"}}`, ""},
+		{"...and one that would keep Flux's controllers, shared by every tenant, busy every second (the class's minInterval is 30s)", "a placement release at interval 1s",
+			`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"hot","namespace":"tenant-demo","labels":{"computeplane.cozystack.io/placement":"ComputePlane"}},"spec":{"interval":"1s","chartRef":{"kind":"OCIRepository","name":"jupyter","namespace":"cozy-public"}}}`,
+			`spec.interval: Invalid value: "1s": must be at least 30s`},
+		{"...and one that asks Helm to keep every object in the plane past its uninstall", "a placement release keeping everything",
+			`{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"kept","namespace":"tenant-demo","labels":{"computeplane.cozystack.io/placement":"ComputePlane"}},"spec":{"interval":"10m","chartRef":{"kind":"OCIRepository","name":"jupyter","namespace":"cozy-public"},"commonMetadata":{"annotations":{"helm.sh/resource-policy":"keep"}}}}`,
+			`spec.commonMetadata.annotations[helm.sh/resource-policy]: Forbidden`},
 	} {
 		step(c.title)
-		if err := refused(w.kubectl.stdin(c.release, "create", "--dry-run=server", "-f", "-")); err != nil {
+		out, err := w.kubectl.stdinOutput(c.release, "create", "--dry-run=server", "-f", "-")
+		if err := refusedFor(out, err, c.because); err != nil {
 			return fmt.Errorf("%s: %w", c.what, err)
 		}
 	}
@@ -369,9 +376,12 @@ func (k kubectl) run(args ...string) error {
 	return k.command(nil, os.Stdout, args).Run()
 }
 
-func (k kubectl) stdin(stdin string, args ...string) error {
+// stdinOutput is stdin, also returning what the command printed.
+func (k kubectl) stdinOutput(stdin string, args ...string) (string, error) {
 	fmt.Printf("\n$ echo '%s' | kubectl %s\n", stdin, join(args))
-	return k.command(strings.NewReader(stdin), os.Stdout, args).Run()
+	var out bytes.Buffer
+	err := k.command(strings.NewReader(stdin), io.MultiWriter(os.Stdout, &out), args).Run()
+	return out.String(), err
 }
 
 // piped is for a stream the walkthrough already printed the command of.
@@ -486,6 +496,18 @@ func refused(err error) error {
 	default:
 		return err
 	}
+}
+
+// refusedFor is refused for a refusal that must say why (when why is set): a refusal for
+// another reason proves nothing about the rule the walkthrough shows.
+func refusedFor(out string, err error, why string) error {
+	if err := refused(err); err != nil || why == "" {
+		return err
+	}
+	if !strings.Contains(out, why) {
+		return fmt.Errorf("refused, but not for its reason (no %q in %q)", why, strings.TrimSpace(out))
+	}
+	return nil
 }
 
 // refusedByPodSecurity is refused for a refusal that must be Pod Security's: what the

@@ -27,11 +27,6 @@ func (w *Webhook) placementClass(ctx context.Context, namespace string, obj map[
 		reader = w.Reader
 	}
 	releaseLabels := stringLabels(obj)
-	if _, ours := releaseLabels[cpv1.PlaneUIDLabel]; ours {
-		// The operator's own add-on releases (in infrastructure namespaces) are never
-		// placement releases, whatever a selector matches.
-		return nil, "", nil
-	}
 	var classes cpv1.ComputePlaneClassList
 	if err := reader.List(ctx, &classes); err != nil {
 		return nil, "", fmt.Errorf("listing the ComputePlaneClasses: %w", err)
@@ -39,6 +34,19 @@ func (w *Webhook) placementClass(ctx context.Context, namespace string, obj map[
 	matching := matchingClasses(classes.Items, releaseLabels)
 	if len(matching) == 0 {
 		return nil, "", nil
+	}
+	if uid, marked := releaseLabels[cpv1.PlaneUIDLabel]; marked {
+		// The operator's own add-on releases are never placement releases, whatever a
+		// selector matches: those in the infrastructure namespace of the plane whose uid
+		// they carry. Anywhere else the label is the tenant's, and exempts nothing (a
+		// release of a placed kind would be stored unrouted, for the management cluster).
+		var planes cpv1.ComputePlaneList
+		if err := reader.List(ctx, &planes, client.MatchingFields{tenancy.InfrastructureNamespaceField: namespace}); err != nil {
+			return nil, "", fmt.Errorf("listing the planes of infrastructure namespace %q: %w", namespace, err)
+		}
+		if slices.ContainsFunc(planes.Items, func(p cpv1.ComputePlane) bool { return string(p.UID) == uid }) {
+			return nil, "", nil
+		}
 	}
 	plane, err := w.planeOf(ctx, namespace)
 	if err != nil {

@@ -99,6 +99,10 @@ func pointerEscape(key string) string {
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
 }
 
+// helmResourcePolicy is Helm's annotation that keeps an object when its release is
+// uninstalled ("keep").
+const helmResourcePolicy = "helm.sh/resource-policy"
+
 // routingErrors lists every way a placement release is not routed as it must be, each
 // with what is allowed. It is pure.
 func routingErrors(obj map[string]any, r placementRoute) field.ErrorList {
@@ -126,6 +130,10 @@ func routingErrors(obj map[string]any, r placementRoute) field.ErrorList {
 	if pr, _ := nested(obj, "spec", "postRenderers").([]any); len(pr) > 0 {
 		errs = append(errs, field.Forbidden(spec.Child("postRenderers"),
 			"post-renderers could change where, and as whom, the rendered objects are applied; use the chart's values"))
+	}
+	if _, ok := nested(obj, "spec", "commonMetadata", "annotations", helmResourcePolicy).(string); ok {
+		errs = append(errs, field.Forbidden(spec.Child("commonMetadata", "annotations").Key(helmResourcePolicy),
+			"on every object of the release, it keeps them all in the plane past the uninstall the placement finalizer waits for"))
 	}
 	if dp, ok := nested(obj, "spec", "uninstall", "deletionPropagation").(string); ok && dp != "background" && dp != "foreground" {
 		errs = append(errs, field.NotSupported(spec.Child("uninstall", "deletionPropagation"), dp, []string{"background", "foreground"}))

@@ -39,6 +39,8 @@ func TestRouteRelease(t *testing.T) {
 		{"records elsewhere", `{"spec": {"storageNamespace": "kube-system"}}`, []string{"spec.storageNamespace"}},
 		{"creating namespaces", `{"spec": {"install": {"createNamespace": true}}}`, []string{"spec.install.createNamespace"}},
 		{"post-renderers", `{"spec": {"postRenderers": [{"kustomize": {}}]}}`, []string{"spec.postRenderers"}},
+		{"everything kept past the uninstall", `{"spec": {"commonMetadata": {"annotations": {"helm.sh/resource-policy": "keep"}}}}`, []string{"spec.commonMetadata.annotations[helm.sh/resource-policy]"}},
+		{"common labels", `{"spec": {"commonMetadata": {"labels": {"a": "b"}, "annotations": {"x": "y"}}}}`, nil},
 		{"several", `{"spec": {"serviceAccountName": "admin", "postRenderers": [{}]}}`, []string{"spec.serviceAccountName", "spec.postRenderers"}},
 	}
 	for _, tc := range cases {

@@ -266,3 +266,68 @@ func TestChartShards(t *testing.T) {
 		}
 	}
 }
+
+// TestChartShardKeyGuarded: the shard guard holds the label the chart's shards are
+// selected by. With the key hardcoded, a chart configured with another key left that
+// label free: a tenant could move its plane to a shard no manager runs.
+func TestChartShardKeyGuarded(t *testing.T) {
+	root, err := devenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "shards.example.com/operator"
+	objs, err := devenv.RenderChart(root, devenv.OperatorNamespace, "sharding.key="+key, "sharding.shards={shard1}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var guard *unstructured.Unstructured
+	for _, u := range objs {
+		if u.GetKind() == "ValidatingAdmissionPolicy" && strings.HasSuffix(u.GetName(), "shard-guard") {
+			guard = u
+		}
+	}
+	if guard == nil {
+		t.Fatal("the chart renders no shard guard")
+	}
+	spec := fmt.Sprint(guard.Object["spec"])
+	if !strings.Contains(spec, "'"+key+"'") || strings.Contains(spec, "sharding.fluxcd.io/key") {
+		t.Errorf("the shard guard does not hold the configured key %s: %s", key, spec)
+	}
+	for _, u := range objs {
+		if u.GetKind() == "Deployment" && strings.Contains(fmt.Sprint(u.Object["spec"]), "sharding.fluxcd.io/key") {
+			t.Errorf("Deployment %s still selects by the default key", u.GetName())
+		}
+	}
+}
+
+// TestChartCapabilityLabelGuarded: the namespace guard lets the operator change only the
+// beacon the chart configures it to set, and the manager is told which.
+func TestChartCapabilityLabelGuarded(t *testing.T) {
+	root, err := devenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "namespace.cozystack.io/capability.gpu-plane"
+	objs, err := devenv.RenderChart(root, devenv.OperatorNamespace, "capabilityLabel="+key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var guard, manager string
+	for _, u := range objs {
+		switch {
+		case u.GetKind() == "ValidatingAdmissionPolicy" && strings.HasSuffix(u.GetName(), "namespace-guard"):
+			guard = fmt.Sprint(u.Object["spec"])
+		case u.GetKind() == "Deployment":
+			manager = fmt.Sprint(u.Object["spec"])
+		}
+	}
+	if !strings.Contains(guard, "'"+key+"'") || strings.Contains(guard, "capability.computeplane") {
+		t.Errorf("the namespace guard does not hold the configured beacon %s: %s", key, guard)
+	}
+	if !strings.Contains(manager, "--capability-label="+key) {
+		t.Errorf("the manager is not told its beacon: %s", manager)
+	}
+	if _, err := devenv.RenderChart(root, devenv.OperatorNamespace, "capabilityLabel=example.com/computeplane"); err == nil {
+		t.Error("a beacon outside namespace.cozystack.io/capability. rendered")
+	}
+}

@@ -54,7 +54,7 @@ func TestShippedPoliciesNameTheOperator(t *testing.T) {
 		t.Fatal("config/default lacks the manager")
 	}
 	for _, name := range []string{"computeplane-finalizer-guard", "computeplane-placement-guard", "computeplane-placement-status-guard",
-		"computeplane-abandon-guard", "computeplane-shard-guard", "computeplane-service-access-guard", "computeplane-namespace-guard", "computeplane-uninstall-guard"} {
+		"computeplane-abandon-guard", "computeplane-shard-guard", "computeplane-service-access-guard", "computeplane-namespace-guard", "computeplane-uninstall-guard", "computeplane-owner-guard"} {
 		if policies[name] == nil || bindings[name] == nil {
 			t.Errorf("config/default does not install %s and its binding", name)
 		}
