@@ -193,29 +193,3 @@ func TestOwnerUninstallsReleasesWithThePlane(t *testing.T) {
 	uninstalled(t, ctx, hr)
 	eventually(t, settle, planeGone(ctx, key))
 }
-
-// TestAttackOwnerReferenceDeletesThePlane: a tenant without delete on its plane gives it
-// an ownerReference to an owner that does not exist; the garbage collector then deletes
-// the plane (and tears its workloads down) as if the tenant had, past the delete right
-// the tenant roles withhold. The owner guard makes any change of a plane's
-// ownerReferences take delete on it.
-func TestAttackOwnerReferenceDeletesThePlane(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p := planeWithClass(t, ctx, newClass("owned-"+rand.String(6)))
-	alice := tenantUser(t, ctx, p.Namespace, "alice")
-	parent := ownerUser(t, ctx, p.Namespace, "parent")
-	dangling := func(c client.Client) error {
-		got := &cpv1.ComputePlane{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
-			return err
-		}
-		patch := client.MergeFrom(got.DeepCopy())
-		got.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "gone", UID: "00000000-0000-0000-0000-000000000000"}}
-		return c.Patch(ctx, got, patch)
-	}
-	eventuallyDenied(t, func() error { return dangling(alice) }, "needs delete on it")
-	if err := dangling(parent); err != nil {
-		t.Errorf("the plane's owner, who may delete it, could not set its ownerReferences: %v", err)
-	}
-}

@@ -44,6 +44,10 @@ func burstSize(t *testing.T) (planes, releases int) {
 	return planes, releases
 }
 
+// burstRetries is how often a burst release retries a refused install or upgrade: the
+// suite's class allows that many.
+const burstRetries = 100
+
 // TestBurstWithFlappingGates: a burst of placement releases across many planes while
 // every other plane's gate flaps (a plane administrator deletes one of the operator's
 // admission policies; the operator closes the gate, restores the policy and opens it
@@ -74,9 +78,10 @@ func TestBurstWithFlappingGates(t *testing.T) {
 	for _, p := range planes {
 		for j := range perPlane {
 			hr := release(p.Namespace, "burst-"+strconv.Itoa(j), "app", "v1", func(hr *helmv2.HelmRelease) {
-				// A write refused mid-install (the gate closed under it) is retried.
-				hr.Spec.Install.Remediation = &helmv2.InstallRemediation{Retries: -1}
-				hr.Spec.Upgrade.Remediation = &helmv2.UpgradeRemediation{Retries: -1}
+				// A write refused mid-install (the gate closed under it) is retried, as
+				// often as the suite's class allows (never forever: refused at admission).
+				hr.Spec.Install.Remediation = &helmv2.InstallRemediation{Retries: burstRetries}
+				hr.Spec.Upgrade.Remediation = &helmv2.UpgradeRemediation{Retries: burstRetries}
 			})
 			create(t, ctx, hr)
 			releases = append(releases, hr)

@@ -30,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -116,8 +117,10 @@ func run(m *testing.M) int {
 		NodeGroups:  cpv1.NodeGroupLimits{MaxGroups: 4, MaxReplicas: 5, InstanceTypes: []string{"u1.medium"}},
 		// The suite's charts, as a platform's public catalogue; one application kind
 		// placed by the class rather than by a label on each release.
+		// The burst's releases retry through the gates it flaps.
 		PlacementReleases: cpv1.PlacementReleasePolicy{SourceNamespaces: []string{chartsNamespace},
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{applicationKindLabel: "placed-app"}}},
+			Selector:   &metav1.LabelSelector{MatchLabels: map[string]string{applicationKindLabel: "placed-app"}},
+			MaxRetries: ptr.To(int32(burstRetries))},
 	}}
 	if err := k8s.Create(ctx, class); err != nil {
 		fmt.Fprintln(os.Stderr, err)
