@@ -102,14 +102,14 @@ func (a *metricsAuth) verdict(req *http.Request) int {
 	key := sha256.Sum256([]byte(verb + "\x00" + req.URL.Path + "\x00" + token))
 	now := a.now()
 	a.mu.Lock()
-	v, found := a.allowed[key]
-	if !found {
-		v, found = a.refused[key]
+	for _, verdicts := range []map[[sha256.Size]byte]metricsVerdict{a.allowed, a.refused} {
+		// A permission that expired must not hide the refusal that replaced it.
+		if v, found := verdicts[key]; found && now.Before(v.expires) {
+			a.mu.Unlock()
+			return v.code
+		}
 	}
 	a.mu.Unlock()
-	if found && now.Before(v.expires) {
-		return v.code
-	}
 	if a.limit != nil && !a.limit.AllowN(now, 1) {
 		return http.StatusTooManyRequests
 	}

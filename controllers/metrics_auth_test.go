@@ -113,6 +113,10 @@ func TestMetricsVerdicts(t *testing.T) {
 	if got := scrape("prom", "/metrics"); got != http.StatusForbidden {
 		t.Errorf("a revoked scraper still got %d a minute later", got)
 	}
+	before = r.reviews
+	if got := scrape("prom", "/metrics"); got != http.StatusForbidden || r.reviews != before {
+		t.Errorf("the refusal that replaced an expired permission was not reused: %d after %d reviews", got, r.reviews-before)
+	}
 
 	// The API server cannot answer: 500, and not remembered.
 	r.err = errors.New("connection refused")

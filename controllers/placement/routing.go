@@ -154,15 +154,6 @@ func nested(obj map[string]any, path ...string) any {
 	return cur
 }
 
-func ensureMap(obj map[string]any, key string) map[string]any {
-	m, ok := obj[key].(map[string]any)
-	if !ok {
-		m = map[string]any{}
-		obj[key] = m
-	}
-	return m
-}
-
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
