@@ -122,6 +122,18 @@ func (w *Webhook) validate(ctx context.Context, req admission.Request) admission
 // validateObject judges a Flux object, decoded as admission judges it, and on an update
 // the version it replaces.
 func (w *Webhook) validateObject(ctx context.Context, req admission.Request, obj, old map[string]any) admission.Response {
+	if req.Kind.Kind == "HelmRelease" && nested(obj, "metadata", "deletionTimestamp") == nil &&
+		(old == nil || !reflect.DeepEqual(old["spec"], obj["spec"])) {
+		// Judged when the spec is set: Flux's own metadata updates of a pair stored
+		// before the rule must go through.
+		why, err := w.chartCollision(ctx, obj, req.Namespace, req.Name)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		if why != "" {
+			return admission.Denied(fmt.Sprintf("HelmRelease %s/%s: %s", req.Namespace, req.Name, why))
+		}
+	}
 	if req.Kind.Kind != "HelmRelease" || !isPlacement(obj) {
 		return w.validateOther(ctx, req, obj, old)
 	}
