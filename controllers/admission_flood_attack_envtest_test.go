@@ -11,6 +11,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
@@ -24,8 +25,9 @@ import (
 // what admission decodes; one naming more applier-kubeconfig-shaped Secrets than
 // admission looks up (a read each, as the operator); placement releases that would keep
 // Flux's shared controllers busy (an interval of 1s, an hour-long timeout, retries
-// forever). Each was accepted before. A release with 2 MiB of values is still admitted,
-// routed by the webhook's field patch, its values untouched: values are never judged.
+// forever) or fill the plane's shared data store (every Helm revision kept). Each was
+// accepted before. A release with 2 MiB of values is still admitted, routed by the
+// webhook's field patch, its values untouched: values are never judged.
 func TestAttackAdmissionAsAWeapon(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -67,6 +69,9 @@ func TestAttackAdmissionAsAWeapon(t *testing.T) {
 		{"a placement release retrying forever", release("forever", true, func(hr *helmv2.HelmRelease) {
 			hr.Spec.Install = &helmv2.Install{Remediation: &helmv2.InstallRemediation{Retries: forever}}
 		}), "retries forever"},
+		{"a placement release keeping every revision in the shared data store", release("history", true, func(hr *helmv2.HelmRelease) {
+			hr.Spec.MaxHistory = ptr.To(0)
+		}), "spec.maxHistory: Invalid value: 0"},
 	}
 	for _, a := range attacks {
 		err := mallory.Create(ctx, a.obj, client.DryRunAll)

@@ -15,6 +15,9 @@ const (
 	DefaultMinInterval = 30 * time.Second
 	DefaultMaxTimeout  = 30 * time.Minute
 	DefaultMaxRetries  = 5
+	// MaxHelmHistory bounds the revisions Helm keeps of a placement release (Flux's
+	// default is 5).
+	MaxHelmHistory = 10
 )
 
 // releaseBounds are the class's bounds on what a placement release asks of Flux's
@@ -52,8 +55,8 @@ var (
 	}
 )
 
-// boundErrors lists every interval of a placement release below the class's floor, and
-// every timeout or retry count above its ceiling. A value that does not parse is left
+// boundErrors lists every interval of a placement release below the class's floor, every
+// timeout or retry count above its ceiling, and a Helm history past MaxHelmHistory. A value that does not parse is left
 // to Flux's schema. Pure.
 func boundErrors(obj map[string]any, b releaseBounds) field.ErrorList {
 	var errs field.ErrorList
@@ -77,6 +80,10 @@ func boundErrors(obj map[string]any, b releaseBounds) field.ErrorList {
 			errs = append(errs, field.Invalid(field.NewPath(path[0], path[1:]...), nested(obj, path...),
 				fmt.Sprintf("must be at most %s (maxTimeout, %s)", b.maxTimeout, why)))
 		}
+	}
+	if n, ok := nested(obj, "spec", "maxHistory").(float64); ok && (n < 1 || n > MaxHelmHistory) {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "maxHistory"), n,
+			fmt.Sprintf("must be between 1 and %d: Helm keeps every revision (its values and manifest, up to 1 MiB) as a Secret in the plane's data store, which other planes share; 0 keeps them all", MaxHelmHistory)))
 	}
 	for _, path := range retryPaths {
 		n, ok := nested(obj, path...).(float64)

@@ -27,6 +27,9 @@ func TestBoundErrors(t *testing.T) {
 		{name: "retries forever", spec: `{"interval":"1m","install":{"remediation":{"retries":-1}}}`, bounds: class, want: []string{"spec.install.remediation.retries", "retries forever"}},
 		{name: "too many retries", spec: `{"interval":"1m","upgrade":{"remediation":{"retries":4}}}`, bounds: class, want: []string{"spec.upgrade.remediation.retries"}},
 		{name: "unparsable is Flux's schema's", spec: `{"interval":"soon"}`, bounds: class},
+		{name: "every revision kept", spec: `{"interval":"1m","maxHistory":0}`, bounds: class, want: []string{"spec.maxHistory", "0 keeps them all"}},
+		{name: "a long history", spec: `{"interval":"1m","maxHistory":11}`, bounds: class, want: []string{"spec.maxHistory"}},
+		{name: "Flux's default history", spec: `{"interval":"1m","maxHistory":5}`, bounds: class},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			errs := boundErrors(obj(t, `{"spec":`+tc.spec+`}`), tc.bounds)
