@@ -105,3 +105,54 @@ func TestAttackAdmissionAsAWeapon(t *testing.T) {
 		t.Errorf("the release was not routed, or its values changed: kubeConfig %v, targetNamespace %q", big.Spec.KubeConfig, big.Spec.TargetNamespace)
 	}
 }
+
+// TestPlacementBoundTightenedIsSuspended: the class's bounds hold for what was stored
+// before them too. A release within them is suspended (NotRouted, naming the bound) when
+// the class raises its minInterval past the release's interval, its tenant cannot resume
+// it, and the operator resumes it once the class allows it again.
+func TestPlacementBoundTightenedIsSuspended(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	class := newClass("tightened-" + rand.String(6))
+	p := planeWithClass(t, ctx, class)
+	tenant := fluxTenant(t, ctx, p.Namespace, "mallory")
+	hr := placementRelease(p.Namespace, "app") // interval 1m
+	if err := tenant.Create(ctx, hr); err != nil {
+		t.Fatal(err)
+	}
+	setMinInterval := func(d time.Duration) {
+		t.Helper()
+		eventually(t, settle, func() error {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(class), class); err != nil {
+				return err
+			}
+			class.Spec.PlacementReleases.MinInterval = &metav1.Duration{Duration: d}
+			return k8s.Update(ctx, class)
+		})
+	}
+	suspended := func(want bool) func() error {
+		return func() error {
+			got := &helmv2.HelmRelease{}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(hr), got); err != nil {
+				return err
+			}
+			if got.Spec.Suspend != want || (got.Annotations[cpv1.SuspendedAnnotation] != "") != want {
+				return fmt.Errorf("suspend %v, annotation %q; want suspended %v", got.Spec.Suspend, got.Annotations[cpv1.SuspendedAnnotation], want)
+			}
+			return nil
+		}
+	}
+
+	setMinInterval(5 * time.Minute)
+	eventually(t, settle, suspended(true))
+	eventually(t, settle, releaseEvent(ctx, hr, placement.NotRoutedReason, "must be at least 5m0s"))
+	if err := tenant.Get(ctx, client.ObjectKeyFromObject(hr), hr); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(hr.DeepCopy())
+	hr.Spec.Suspend = false
+	denied(t, tenant.Patch(ctx, hr, patch), "must be at least 5m0s")
+
+	setMinInterval(30 * time.Second)
+	eventually(t, settle, suspended(false))
+}

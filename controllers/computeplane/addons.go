@@ -53,8 +53,8 @@ var addonLabels = []string{cpv1.PlaneNameLabel, cpv1.PlaneNamespaceLabel, cpv1.P
 const maxAddonMessage = 1024
 
 // addonIdentity keeps of a HelmRelease in the add-on cache what the operator reads from
-// it: its identity with the operator's own labels, its release name, and Flux's Ready
-// condition (addonSummary). The cache's label selects what anyone labels managed-by the
+// it: its identity with the operator's own labels, its release name, whether it is
+// suspended, and Flux's Ready condition (addonSummary). The cache's label selects what anyone labels managed-by the
 // operator, a tenant's HelmReleases in its own namespace too, with whatever values,
 // annotations or post-renderers it gives them: none of that is kept, so what a tenant can
 // make the cache hold is a few hundred bytes an object. Applying an add-on compares it
@@ -75,7 +75,8 @@ func addonIdentity(obj any) (any, error) {
 			out.Labels[k] = v
 		}
 	}
-	out.Spec.ReleaseName = hr.Spec.ReleaseName
+	// The teardown suspends an add-on before deleting it, once: it reads whether it is.
+	out.Spec.ReleaseName, out.Spec.Suspend = hr.Spec.ReleaseName, hr.Spec.Suspend
 	out.Status.ObservedGeneration = hr.Status.ObservedGeneration
 	if c := apimeta.FindStatusCondition(hr.Status.Conditions, fluxmeta.ReadyCondition); c != nil {
 		ready := *c

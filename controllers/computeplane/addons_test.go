@@ -13,14 +13,15 @@ import (
 )
 
 // TestAddonIdentity: what the add-on cache keeps of a HelmRelease is what the operator
-// reads (identity, its own labels, the release name, the Ready condition, bounded), and
+// reads (identity, its own labels, the release name, whether it is suspended: the teardown
+// suspends each add-on once, not on every pass; the Ready condition, bounded), and
 // nothing a tenant could make large.
 func TestAddonIdentity(t *testing.T) {
 	hr := &helmv2.HelmRelease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cni", UID: "u", ResourceVersion: "7", Generation: 3,
 			Labels:      map[string]string{cpv1.ManagedByLabel: cpv1.ManagedByValue, cpv1.AddonRoleLabel: "cni", "other": "x"},
 			Annotations: map[string]string{"a": "b"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
-		Spec: helmv2.HelmReleaseSpec{ReleaseName: "cilium", Values: &apiextensionsv1.JSON{Raw: []byte(`{"a":1}`)}},
+		Spec: helmv2.HelmReleaseSpec{ReleaseName: "cilium", Suspend: true, Values: &apiextensionsv1.JSON{Raw: []byte(`{"a":1}`)}},
 		Status: helmv2.HelmReleaseStatus{ObservedGeneration: 3, Conditions: []metav1.Condition{
 			{Type: fluxmeta.ReadyCondition, Status: metav1.ConditionFalse, Message: strings.Repeat("m", 4*maxAddonMessage)},
 			{Type: "Released", Status: metav1.ConditionTrue, Message: "big"},
@@ -31,7 +32,7 @@ func TestAddonIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := got.(*helmv2.HelmRelease)
-	if out.Name != "cni" || out.UID != "u" || out.ResourceVersion != "7" || out.Generation != 3 || out.Spec.ReleaseName != "cilium" || out.Status.ObservedGeneration != 3 {
+	if out.Name != "cni" || out.UID != "u" || out.ResourceVersion != "7" || out.Generation != 3 || out.Spec.ReleaseName != "cilium" || !out.Spec.Suspend || out.Status.ObservedGeneration != 3 {
 		t.Errorf("lost what the operator reads: %+v", out)
 	}
 	if len(out.Labels) != 2 || out.Labels["other"] != "" || len(out.Annotations) != 0 || len(out.ManagedFields) != 0 || out.Spec.Values != nil {

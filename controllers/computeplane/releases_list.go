@@ -10,7 +10,7 @@ import (
 
 // fluxPage bounds a page of Flux objects read from the API server. A tenant's release
 // may carry ~1.5 MiB of values and a page is decoded whole, so the reads the operator
-// makes of every release of a namespace (its teardown, a plane's creation and deletion)
+// makes of every release of a namespace (its teardown, a plane's creation)
 // cost memory in proportion to a page, not to all a tenant stored.
 const fluxPage = 20
 

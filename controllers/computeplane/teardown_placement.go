@@ -38,11 +38,10 @@ func (r *Reconciler) protectedByReleases(ctx context.Context, s *scope) (stageWa
 	if p.Annotations[cpv1.UninstallAnnotation] != "" {
 		return stageWait{done: true}, nil
 	}
-	releases, err := r.placementReleases(ctx, p.Namespace)
+	running, err := runningReleases(ctx, r.APIReader, p.Namespace)
 	if err != nil {
 		return stageWait{}, err
 	}
-	running := runningReleases(releases)
 	if len(running) == 0 {
 		return stageWait{done: true}, nil
 	}
@@ -60,16 +59,23 @@ func (r *Reconciler) protectedByReleases(ctx context.Context, s *scope) (stageWa
 		protectedBy(running), cpv1.UninstallAnnotation)}, nil
 }
 
-// runningReleases are the names, sorted, of the releases not being deleted. Pure.
-func runningReleases(releases []helmv2.HelmRelease) []string {
+// runningReleases are the names, sorted, of the namespace's placement releases not being
+// deleted, read from the API server (not the cache: one created a moment ago protects
+// too), as metadata: names and deletion are all it needs of them.
+func runningReleases(ctx context.Context, reader client.Reader, namespace string) ([]string, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(helmv2.GroupVersion.WithKind(helmv2.HelmReleaseKind + "List"))
+	if err := reader.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{cpv1.PlacementLabel: cpv1.PlacementLabelValue}); err != nil {
+		return nil, err
+	}
 	var out []string
-	for i := range releases {
-		if releases[i].DeletionTimestamp.IsZero() {
-			out = append(out, releases[i].Name)
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp.IsZero() {
+			out = append(out, list.Items[i].Name)
 		}
 	}
 	sort.Strings(out)
-	return out
+	return out, nil
 }
 
 // protectedBy says which placement releases protect a plane, naming at most ten.

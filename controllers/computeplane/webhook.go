@@ -86,11 +86,10 @@ func (v *Validator) ValidateDelete(ctx context.Context, p *cpv1.ComputePlane) (a
 	if p.Annotations[cpv1.UninstallAnnotation] != "" || p.Annotations[cpv1.AbandonAnnotation] != "" || !p.DeletionTimestamp.IsZero() {
 		return nil, nil
 	}
-	releases, err := listReleases(ctx, v.Reader, p.Namespace, client.MatchingLabels{cpv1.PlacementLabel: cpv1.PlacementLabelValue})
+	running, err := runningReleases(ctx, v.Reader, p.Namespace)
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("listing the placement releases of %q: %w", p.Namespace, err))
 	}
-	running := runningReleases(releases)
 	if len(running) == 0 {
 		return nil, nil
 	}
