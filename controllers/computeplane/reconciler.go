@@ -129,9 +129,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options,
 		// the plane its labels name: anyone may label a HelmRelease of theirs like an
 		// add-on (the cache's selector takes it in), and a tenant's would then keep
 		// another tenant's plane reconciling.
-		WatchesRawSource(source.Kind(r.Addons, &helmv2.HelmRelease{}, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, o *helmv2.HelmRelease) []ctrl.Request {
-			return r.planesOfInfraNamespace(ctx, o)
-		}))).
+		WatchesRawSource(source.Kind(r.Addons, &helmv2.HelmRelease{}, handler.TypedEnqueueRequestsFromMapFunc(r.planesOfAddon))).
 		// A plane's baseline carries its labels; a namespace's default deny does not.
 		Watches(&ciliumv2.CiliumNetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []ctrl.Request {
 			if reqs := planeFromLabels(ctx, o); reqs != nil {

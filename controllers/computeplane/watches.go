@@ -7,6 +7,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/controllers/tenancy"
@@ -59,6 +61,12 @@ func (r *Reconciler) planesOfInfraNamespace(ctx context.Context, o client.Object
 		return nil
 	}
 	return requestsFor(planes.Items, "")
+}
+
+// planesOfAddon maps an add-on release (the add-on cache's watch) to the plane whose
+// infrastructure namespace holds it, never to the plane its labels name.
+func (r *Reconciler) planesOfAddon(ctx context.Context, hr *helmv2.HelmRelease) []ctrl.Request {
+	return r.planesOfInfraNamespace(ctx, hr)
 }
 
 // planesOfNamespace maps a namespace to the planes in it and the planes whose

@@ -41,7 +41,7 @@ func TestAddonWakesOnlyItsInfrastructurePlane(t *testing.T) {
 		{namespace: victim.Status.InfrastructureNamespace, want: 1},
 	} {
 		hr := &helmv2.HelmRelease{ObjectMeta: metav1.ObjectMeta{Namespace: tc.namespace, Name: "addon", Labels: labels}}
-		if got := r.planesOfInfraNamespace(context.Background(), hr); len(got) != tc.want {
+		if got := r.planesOfAddon(context.Background(), hr); len(got) != tc.want {
 			t.Errorf("a release in %s labelled as the victim's add-on wakes %v, want %d plane(s)", tc.namespace, got, tc.want)
 		}
 	}
