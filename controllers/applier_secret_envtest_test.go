@@ -19,7 +19,8 @@ import (
 
 // TestAttackTenantRewritesTheApplierSecret: the applier kubeconfig Secret lives in the
 // tenant namespace and Flux applies with whatever it holds. A tenant who may write
-// Secrets there points it at the management API server instead of the plane; the
+// Secrets there points it at the management API server instead of the plane (with the
+// plane's token it is refused at admission; with another credential it is stored); the
 // operator finds the content is not what it wrote, reports the drift (the gate closes,
 // which revokes the applier's tokens) and writes a new credential for the plane.
 func TestAttackTenantRewritesTheApplierSecret(t *testing.T) {
@@ -42,14 +43,23 @@ func TestAttackTenantRewritesTheApplierSecret(t *testing.T) {
 	identitiesBefore := apimeta.FindStatusCondition(settled.Status.Conditions, cpv1.IdentitiesCondition).LastTransitionTime
 	time.Sleep(time.Second) // transition times have a one-second resolution
 
-	// Same token and annotations, only the server and CA changed: the expiry annotation
-	// alone says nothing is due.
+	// Same token and annotations, only the server and CA changed: refused at admission,
+	// as every Secret a tenant writes holding a plane's token is.
 	cfg, err := clientcmd.Load(secret.Data["value"])
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cfg.Clusters {
 		c.Server, c.CertificateAuthorityData = mgmt.Config.Host, mgmt.Config.CAData
+	}
+	if secret.Data["value"], err = clientcmd.Write(*cfg); err != nil {
+		t.Fatal(err)
+	}
+	denied(t, mallory.Update(ctx, secret), "carries a ComputePlane's credential")
+	// Another credential for the management API, the annotations kept: the expiry
+	// annotation alone says nothing is due; the content is not what the operator wrote.
+	for _, u := range cfg.AuthInfos {
+		u.Token = "mallory-" + rand.String(20)
 	}
 	if secret.Data["value"], err = clientcmd.Write(*cfg); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ package controllers
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -19,6 +20,7 @@ import (
 	"github.com/cozystack/computeplane/controllers/placement"
 	"github.com/cozystack/computeplane/controllers/tenancy"
 	"github.com/cozystack/computeplane/remote"
+	"github.com/cozystack/computeplane/remote/posture"
 )
 
 // Options configure the controllers the manager runs.
@@ -112,6 +114,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*computeplane.Reco
 			return nil, err
 		}
 		(&placement.Webhook{Reader: mgr.GetAPIReader(), Cache: mgr.GetClient()}).SetupWithManager(mgr)
+		(&placement.CopyGuard{Client: mgr.GetClient(), IsPlaneSubject: isPlaneSubject}).SetupWithManager(mgr.GetWebhookServer())
 	}
 	return r, nil
+}
+
+// isPlaneSubject says whether a token's subject is one the operator issues plane tokens
+// to: a ServiceAccount of its own namespace in the plane (the applier, the autoscaler),
+// where nothing else runs.
+func isPlaneSubject(sub string) bool {
+	return strings.HasPrefix(sub, "system:serviceaccount:"+posture.ApplierNamespace+":")
 }

@@ -267,7 +267,20 @@ func (w *walkthrough) tenantGuards() error {
 		return fmt.Errorf("stripping the finalizer as a tenant: %w", err)
 	}
 	step("The tenant namespace holds only the plane and the least-privilege applier kubeconfig (never the admin one)")
-	return w.kubectl.run("get", "secrets", "-n", "tenant-demo", "-L", cpv1.FluxWatchLabel)
+	if err := w.kubectl.run("get", "secrets", "-n", "tenant-demo", "-L", cpv1.FluxWatchLabel); err != nil {
+		return err
+	}
+	step("...which is readable there (Flux reads it), but a copy under another name, that a Flux object would carry into the plane unheld, is refused: admission judges what a Secret holds, not its name")
+	value, err := w.kubectl.output("get", "secret", "-n", "tenant-demo", "demo-applier-kubeconfig", "-o", "jsonpath={.data.value}")
+	if err != nil {
+		return err
+	}
+	copied := fmt.Sprintf(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"my-cluster","namespace":"tenant-demo"},"data":{"config":%q}}`, strings.TrimSpace(value))
+	out, err := w.kubectl.stdinOutput(copied, "create", "--dry-run=server", "-f", "-")
+	if err := refusedFor(out, err, "carries a ComputePlane's credential"); err != nil {
+		return fmt.Errorf("a copy of the applier kubeconfig: %w", err)
+	}
+	return nil
 }
 
 // admissionChecks shows the API's documentation and what the operator's admission
