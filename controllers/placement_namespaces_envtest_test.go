@@ -125,3 +125,57 @@ func TestPlacementNamespaceRemovedUnbindsTheDeployer(t *testing.T) {
 	}
 	eventually(t, settle, conditionIs(ctx, key, cpv1.ReadyCondition, metav1.ConditionTrue, cpv1.SucceededReason))
 }
+
+// TestAttackExemptionOverATenantNamespace: a namespace the operator created for
+// placement releases keeps the tenant's objects after the plane's spec drops it. When the
+// class later exempts a namespace of that name from Pod Security (for an add-on, say), the
+// operator relabelled it privileged with the tenant's workloads inside, and trusted its
+// service accounts like itself. Now it is never exempted: it keeps the class's level and
+// the plane says why (Valid=False/PlacementNamespaceConflict, the gate closed).
+func TestAttackExemptionOverATenantNamespace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	class := newClass("claimed-" + rand.String(6))
+	p, tenant := readyPlane(t, ctx, class)
+	key := client.ObjectKeyFromObject(p)
+	setPlacementNamespaces(t, ctx, p)
+	eventually(t, settle, func() error {
+		if bound, err := deployerBound(ctx, tenant.Client, "notebooks"); err != nil || bound {
+			return fmt.Errorf("the deployer is still bound in notebooks (err=%v)", err)
+		}
+		return nil
+	})
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(class), class); err != nil {
+			return err
+		}
+		class.Spec.PodSecurity.ExemptNamespaces = []string{"kube-system", "notebooks"}
+		return k8s.Update(ctx, class)
+	})
+	eventually(t, settle, func() error {
+		got := &cpv1.ComputePlane{}
+		if err := k8s.Get(ctx, key, got); err != nil {
+			return err
+		}
+		c := apimeta.FindStatusCondition(got.Status.Conditions, cpv1.ValidCondition)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != cpv1.PlacementNamespaceConflictReason ||
+			!strings.Contains(c.Message, "exemptNamespaces lists notebooks, which the operator created in the plane for placement releases") {
+			return fmt.Errorf("Valid = %+v, want False/%s naming notebooks", c, cpv1.PlacementNamespaceConflictReason)
+		}
+		return nil
+	})
+	ns := &corev1.Namespace{}
+	if err := tenant.Client.Get(ctx, client.ObjectKey{Name: "notebooks"}, ns); err != nil {
+		t.Fatal(err)
+	}
+	if got := ns.Labels[cpv1.PodSecurityEnforceLabel]; got != "restricted" {
+		t.Errorf("the tenant's namespace is enforced at %q, want restricted", got)
+	}
+	// The exemption of a namespace the tenant never had still holds.
+	if err := tenant.Client.Get(ctx, client.ObjectKey{Name: "kube-system"}, ns); err != nil {
+		t.Fatal(err)
+	}
+	if got := ns.Labels[cpv1.PodSecurityEnforceLabel]; got != "privileged" {
+		t.Errorf("kube-system is enforced at %q, want privileged", got)
+	}
+}

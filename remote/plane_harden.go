@@ -36,11 +36,15 @@ type Findings struct {
 	// labels: someone else's (an add-on's, say). They are never adopted: Harden leaves
 	// them alone, and the plane is not valid while its spec names one.
 	Foreign []string
+	// Claimed lists namespaces the class exempts from Pod Security that the operator
+	// created for placement releases (posture.WithoutClaimed): never exempted, and the
+	// plane is not valid while its class names one.
+	Claimed []string
 }
 
 // Empty reports whether nothing was found.
 func (f Findings) Empty() bool {
-	return len(f.PodSecurity) == 0 && len(f.Admission) == 0 && len(f.New) == 0 && len(f.Foreign) == 0
+	return len(f.PodSecurity) == 0 && len(f.Admission) == 0 && len(f.New) == 0 && len(f.Foreign) == 0 && len(f.Claimed) == 0
 }
 
 // Drifted reports whether something the operator applied was removed or changed.
@@ -49,6 +53,11 @@ func (f Findings) Drifted() bool { return len(f.PodSecurity) > 0 || len(f.Admiss
 // Inspect reads the plane and compares it with the posture. It writes nothing.
 func Inspect(ctx context.Context, c client.Client, p posture.Posture) (Findings, error) {
 	var f Findings
+	var namespaces corev1.NamespaceList
+	if err := c.List(ctx, &namespaces); err != nil {
+		return f, err
+	}
+	p, f.Claimed = p.WithoutClaimed(namespaces.Items)
 	policies := p.Policies()
 	matched := make([]bool, len(policies))
 	if err := each(policies, func(i int, obj client.Object) (err error) {
@@ -68,10 +77,6 @@ func Inspect(ctx context.Context, c client.Client, p posture.Posture) (Findings,
 	}
 	f.Admission = append(f.Admission, foreign...)
 
-	var namespaces corev1.NamespaceList
-	if err := c.List(ctx, &namespaces); err != nil {
-		return f, err
-	}
 	seen := map[string]*corev1.Namespace{}
 	for i := range namespaces.Items {
 		ns := &namespaces.Items[i]
@@ -130,11 +135,12 @@ func hasAnyPSALabel(labels map[string]string) bool {
 // restored or created (by kind and name) apart from the namespaces it labelled for the
 // first time.
 func Harden(ctx context.Context, c client.Client, p posture.Posture, fieldOwner string) (wrote, labelled []string, err error) {
-	if wrote, err = WritePolicies(ctx, c, p, fieldOwner); err != nil {
-		return wrote, labelled, err
-	}
 	var namespaces corev1.NamespaceList
 	if err := c.List(ctx, &namespaces); err != nil {
+		return wrote, labelled, err
+	}
+	p, _ = p.WithoutClaimed(namespaces.Items)
+	if wrote, err = writePolicies(ctx, c, p, fieldOwner); err != nil {
 		return wrote, labelled, err
 	}
 	live := map[string]*corev1.Namespace{}
@@ -177,7 +183,13 @@ func Harden(ctx context.Context, c client.Client, p posture.Posture, fieldOwner 
 		if placement[ns.Name] || ns.Status.Phase == corev1.NamespaceTerminating || posture.HasLabels(ns.Labels, p.NamespaceLabels(ns.Name)) {
 			continue
 		}
-		if err := ssa.ForceApply(ctx, c, p.LabelledNamespace(ns.Name, nil), fieldOwner); err != nil {
+		var keep map[string]string
+		if posture.WasPlacement(&ns) {
+			// The mark outlives the namespace's place in the spec: it is what keeps a
+			// namespace the tenant's objects live in from being exempted later.
+			keep = map[string]string{cpv1.PlacementNamespaceLabel: "true"}
+		}
+		if err := ssa.ForceApply(ctx, c, p.LabelledNamespace(ns.Name, keep), fieldOwner); err != nil {
 			return wrote, labelled, err
 		}
 		if hasAnyPSALabel(ns.Labels) {
@@ -194,6 +206,16 @@ func Harden(ctx context.Context, c client.Client, p posture.Posture, fieldOwner 
 // verified gets it before its first read, so that its API server's policy refresh starts
 // counting as early as it can.
 func WritePolicies(ctx context.Context, c client.Client, p posture.Posture, fieldOwner string) (wrote []string, err error) {
+	var namespaces corev1.NamespaceList
+	if err := c.List(ctx, &namespaces); err != nil {
+		return nil, err
+	}
+	p, _ = p.WithoutClaimed(namespaces.Items)
+	return writePolicies(ctx, c, p, fieldOwner)
+}
+
+// writePolicies is WritePolicies for a posture already without claimed exemptions.
+func writePolicies(ctx context.Context, c client.Client, p posture.Posture, fieldOwner string) (wrote []string, err error) {
 	policies := p.Policies()
 	written := make([]bool, len(policies))
 	if err := each(policies, func(i int, obj client.Object) error {

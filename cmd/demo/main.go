@@ -271,13 +271,15 @@ func (w *walkthrough) tenantGuards() error {
 		return err
 	}
 	step("...which is readable there (Flux reads it), but a copy under another name, that a Flux object would carry into the plane unheld, is refused: admission judges what a Secret holds, not its name")
-	value, err := w.kubectl.output("get", "secret", "-n", "tenant-demo", "demo-applier-kubeconfig", "-o", "jsonpath={.data.value}")
-	if err != nil {
-		return err
+	// Printed as a pipe, run as two commands: the credential itself is never printed.
+	fmt.Printf("\n$ kubectl get secret -n tenant-demo demo-applier-kubeconfig -o jsonpath={.data.value} | (into Secret my-cluster, key config) | kubectl create --dry-run=server -f -\n")
+	var value, out bytes.Buffer
+	if err := w.kubectl.command(nil, &value, []string{"get", "secret", "-n", "tenant-demo", "demo-applier-kubeconfig", "-o", "jsonpath={.data.value}"}).Run(); err != nil {
+		return fmt.Errorf("reading the applier kubeconfig: %w: %s", err, value.String())
 	}
-	copied := fmt.Sprintf(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"my-cluster","namespace":"tenant-demo"},"data":{"config":%q}}`, strings.TrimSpace(value))
-	out, err := w.kubectl.stdinOutput(copied, "create", "--dry-run=server", "-f", "-")
-	if err := refusedFor(out, err, "carries a ComputePlane's credential"); err != nil {
+	copied := fmt.Sprintf(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"my-cluster","namespace":"tenant-demo"},"data":{"config":%q}}`, strings.TrimSpace(value.String()))
+	err := w.kubectl.command(strings.NewReader(copied), io.MultiWriter(os.Stdout, &out), []string{"create", "--dry-run=server", "-f", "-"}).Run()
+	if err := refusedFor(out.String(), err, "carries a ComputePlane's credential"); err != nil {
 		return fmt.Errorf("a copy of the applier kubeconfig: %w", err)
 	}
 	return nil

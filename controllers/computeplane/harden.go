@@ -195,6 +195,11 @@ func verified(p *cpv1.ComputePlane) bool {
 // foreignPlacementNamespaces says, as a person acts on it, which namespaces the spec
 // lists for placement that exist in the plane but are not the operator's ("" if none).
 func foreignPlacementNamespaces(found remote.Findings) string {
+	if len(found.Claimed) > 0 {
+		return fmt.Sprintf("the class's podSecurity.exemptNamespaces lists %s, which the operator created in the plane for placement releases (the tenant's objects and service accounts are inside); "+
+			"the operator never exempts such a namespace (its workloads would run privileged and its service accounts be trusted like the operator), and keeps it at the class's level: remove it from exemptNamespaces, or delete it from the plane",
+			strings.Join(found.Claimed, ", "))
+	}
 	if len(found.Foreign) == 0 {
 		return ""
 	}

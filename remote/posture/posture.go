@@ -61,6 +61,39 @@ func (p Posture) IsExempt(namespace string) bool {
 	return false
 }
 
+// WithoutClaimed is the posture with the class's exemptions that no live namespace
+// forbids, and the exempt names it dropped: a namespace the operator created for
+// placement releases (it carries PlacementNamespaceLabel, which the operator keeps on it
+// after the plane's spec drops it) holds the tenant's objects and service accounts, so
+// exempting it later would run them privileged, and trust them like the operator.
+// Exemptions are meant for the plane's system namespaces and the add-ons' own. Pure.
+func (p Posture) WithoutClaimed(live []corev1.Namespace) (Posture, []string) {
+	claimed := map[string]bool{}
+	for i := range live {
+		if WasPlacement(&live[i]) && p.IsExempt(live[i].Name) {
+			claimed[live[i].Name] = true
+		}
+	}
+	if len(claimed) == 0 {
+		return p, nil
+	}
+	var kept, dropped []string
+	for _, e := range p.Exempt {
+		if claimed[e] {
+			dropped = append(dropped, e)
+		} else {
+			kept = append(kept, e)
+		}
+	}
+	p.Exempt = kept
+	return p, dropped
+}
+
+// WasPlacement says whether the operator created the namespace for placement releases.
+func WasPlacement(ns *corev1.Namespace) bool {
+	return ns.Labels[cpv1.PlacementNamespaceLabel] == "true"
+}
+
 // LabelledNamespace is the apply object that sets a namespace's Pod Security labels
 // (and nothing else: server-side apply leaves every other field to its owner).
 func (p Posture) LabelledNamespace(name string, extra map[string]string) *corev1.Namespace {

@@ -1,6 +1,7 @@
 package posture
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -152,5 +153,41 @@ func TestQuoteEscapes(t *testing.T) {
 	}
 	if got := list(nil); got != "[]" {
 		t.Errorf("list(nil) = %s", got)
+	}
+}
+
+func TestWithoutClaimed(t *testing.T) {
+	ns := func(name string, placement bool) corev1.Namespace {
+		n := corev1.Namespace{}
+		n.Name = name
+		if placement {
+			n.Labels = map[string]string{cpv1.PlacementNamespaceLabel: "true"}
+		}
+		return n
+	}
+	p := Posture{Exempt: []string{"kube-system", "notebooks", "cilium"}}
+	cases := []struct {
+		name            string
+		live            []corev1.Namespace
+		exempt, dropped []string
+	}{
+		{"nothing claimed", []corev1.Namespace{ns("kube-system", false), ns("notebooks", false)}, p.Exempt, nil},
+		{"a former placement namespace exempted", []corev1.Namespace{ns("kube-system", false), ns("notebooks", true)}, []string{"kube-system", "cilium"}, []string{"notebooks"}},
+		{"a placement namespace the class does not exempt", []corev1.Namespace{ns("tools", true)}, p.Exempt, nil},
+		{"an exempt namespace not there yet", nil, p.Exempt, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, dropped := p.WithoutClaimed(c.live)
+			if !slices.Equal(got.Exempt, c.exempt) || !slices.Equal(dropped, c.dropped) {
+				t.Errorf("exempt %v dropped %v, want %v and %v", got.Exempt, dropped, c.exempt, c.dropped)
+			}
+			if slices.Contains(c.dropped, "notebooks") && got.IsExempt("notebooks") {
+				t.Errorf("a claimed namespace is still exempt")
+			}
+		})
+	}
+	if len(p.Exempt) != 3 {
+		t.Errorf("the posture's own list was changed: %v", p.Exempt)
 	}
 }
