@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -170,6 +171,16 @@ func TestAttackExemptionOverATenantNamespace(t *testing.T) {
 	}
 	if got := ns.Labels[cpv1.PodSecurityEnforceLabel]; got != "restricted" {
 		t.Errorf("the tenant's namespace is enforced at %q, want restricted", got)
+	}
+	// Nor are its service accounts trusted like the operator by the plane's policies.
+	vap := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	if err := tenant.Client.Get(ctx, client.ObjectKey{Name: "computeplane-service-exposure"}, vap); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range vap.Spec.MatchConditions {
+		if strings.Contains(m.Expression, "'notebooks'") || !strings.Contains(m.Expression, "'kube-system'") {
+			t.Errorf("match condition %s trusts %q; want kube-system's service accounts only", m.Name, m.Expression)
+		}
 	}
 	// The exemption of a namespace the tenant never had still holds.
 	if err := tenant.Client.Get(ctx, client.ObjectKey{Name: "kube-system"}, ns); err != nil {
