@@ -105,7 +105,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*computeplane.Reco
 	if err := r.SetupWithManager(mgr, o.Setup.Options, o.Setup.ReconcileRequests); err != nil {
 		return nil, err
 	}
-	pl := &placement.Reconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("computeplane-placement"), Shard: o.Shard}
+	pl := &placement.Reconciler{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("computeplane-placement"), Shard: o.Shard,
+		Leftovers: &remote.Leftovers{Planes: r.Planes}, RequeueInterval: o.RequeueInterval}
 	if err := pl.SetupWithManager(mgr, o.Setup.Options); err != nil {
 		return nil, err
 	}

@@ -21,7 +21,8 @@ func CacheObjects() map[client.Object]cache.ByObject {
 
 // placementRelease keeps of a placement release what the placement controller reads:
 // identity, labels, finalizers, its own annotation, the spec but its values (routing,
-// sources, valuesFrom and suspend are judged), status.storageNamespace.
+// sources, valuesFrom and suspend are judged), status.storageNamespace, and whether
+// Flux ever acted on it (its last action and revision, its latest release).
 func placementRelease(obj any) (any, error) {
 	hr, ok := obj.(*helmv2.HelmRelease)
 	if !ok {
@@ -36,5 +37,9 @@ func placementRelease(obj any) (any, error) {
 	}
 	out.Spec.Values = nil
 	out.Status.StorageNamespace = hr.Status.StorageNamespace
+	out.Status.LastAttemptedReleaseAction, out.Status.LastAttemptedRevision = hr.Status.LastAttemptedReleaseAction, hr.Status.LastAttemptedRevision
+	if len(hr.Status.History) > 0 {
+		out.Status.History = hr.Status.History[:1]
+	}
 	return out, nil
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -57,6 +59,12 @@ type Reconciler struct {
 	Events events.EventRecorder
 	// Shard is the set of planes whose namespaces this controller looks after.
 	Shard tenancy.Shard
+	// Leftovers removes from a plane what an uninstalled release left there; without it
+	// no uninstalled release is let go while its plane lives.
+	Leftovers Leftovers
+	// RequeueInterval is how soon a release waiting on its plane's connection is looked
+	// at again (jittered).
+	RequeueInterval time.Duration
 
 	mu sync.Mutex
 	// told is what the controller knows of each release: what it was last told
@@ -116,18 +124,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	counts := cpv1.PlacementCounts{}
 	seen := map[types.UID]bool{}
+	waiting := false
 	for i := range releases.Items {
 		hr := &releases.Items[i]
 		seen[hr.UID] = true
-		if err := r.release(ctx, hr, plane, class, gate, &counts); err != nil {
+		if err := r.release(ctx, hr, plane, class, gate, &counts, &waiting); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	r.forget(ns, seen)
-	if plane == nil {
-		return ctrl.Result{}, nil
+	var res ctrl.Result
+	if waiting {
+		res.RequeueAfter = wait.Jitter(max(r.RequeueInterval, time.Second), 0.5)
 	}
-	return ctrl.Result{}, r.patchStatus(ctx, plane, gate, counts)
+	if plane == nil {
+		return res, nil
+	}
+	return res, r.patchStatus(ctx, plane, gate, counts)
 }
 
 // classOf is the plane's class, or an empty one (no extra source namespaces) when there
@@ -158,9 +171,9 @@ func (r *Reconciler) namespacesOfClass(ctx context.Context, o client.Object) []c
 }
 
 // release handles one placement release and counts it.
-func (r *Reconciler) release(ctx context.Context, hr *helmv2.HelmRelease, plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, g gate, counts *cpv1.PlacementCounts) error {
+func (r *Reconciler) release(ctx context.Context, hr *helmv2.HelmRelease, plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, g gate, counts *cpv1.PlacementCounts, waiting *bool) error {
 	if !hr.DeletionTimestamp.IsZero() {
-		return r.deleting(ctx, hr, g, counts)
+		return r.deleting(ctx, hr, plane, g, counts, waiting)
 	}
 	if plane == nil {
 		r.tell(hr, corev1.EventTypeWarning, NoPlaneReason,
@@ -206,7 +219,11 @@ func (r *Reconciler) release(ctx context.Context, hr *helmv2.HelmRelease, plane 
 // without the operator's teardown (deleted before the operator added its finalizer, or
 // its finalizer removed by hand), so no credential or cluster is left for Flux to
 // uninstall from, and the finalizer would keep the release, and its namespace, forever.
-func (r *Reconciler) deleting(ctx context.Context, hr *helmv2.HelmRelease, g gate, counts *cpv1.PlacementCounts) error {
+//
+// Helm's uninstall leaves what the chart keeps (helm.sh/resource-policy: keep) and what
+// its hooks created: once Flux has uninstalled a release from a live plane, those are
+// removed too (sweep) before the release goes.
+func (r *Reconciler) deleting(ctx context.Context, hr *helmv2.HelmRelease, plane *cpv1.ComputePlane, g gate, counts *cpv1.PlacementCounts, waiting *bool) error {
 	if !controllerutil.ContainsFinalizer(hr, cpv1.PlacementFinalizer) {
 		return nil
 	}
@@ -229,6 +246,11 @@ func (r *Reconciler) deleting(ctx context.Context, hr *helmv2.HelmRelease, g gat
 		return client.IgnoreNotFound(r.Patch(ctx, hr, patch, client.FieldOwner(FieldOwner)))
 	}
 	if hr.Status.StorageNamespace == "" {
+		if !g.teardown && !r.sweep(ctx, hr, plane) {
+			*waiting = true
+			counts.Uninstalling++
+			return nil
+		}
 		patch := client.MergeFromWithOptions(hr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.RemoveFinalizer(hr, cpv1.PlacementFinalizer)
 		return client.IgnoreNotFound(r.Patch(ctx, hr, patch, client.FieldOwner(FieldOwner)))

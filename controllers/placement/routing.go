@@ -52,6 +52,10 @@ func routingOps(obj map[string]any, r placementRoute) []jsonpatch.Operation {
 		{"serviceAccountName", cpv1.DeployerName},
 		{"storageNamespace", r.namespace},
 		{"targetNamespace", r.namespace},
+		// Hooks post-rendered with the rest, whatever the helm-controller's defaults
+		// (its UseHelm3Defaults gate leaves them out): they carry Flux's origin labels,
+		// by which what the uninstall leaves of them is found and removed.
+		{"postRenderStrategy", "combined"},
 	} {
 		if v, _ := spec[f.key].(string); v == "" {
 			// add replaces a member that is there (an empty string, a null).
@@ -130,6 +134,10 @@ func routingErrors(obj map[string]any, r placementRoute) field.ErrorList {
 	if pr, _ := nested(obj, "spec", "postRenderers").([]any); len(pr) > 0 {
 		errs = append(errs, field.Forbidden(spec.Child("postRenderers"),
 			"post-renderers could change where, and as whom, the rendered objects are applied; use the chart's values"))
+	}
+	if st, ok := nested(obj, "spec", "postRenderStrategy").(string); ok && st != "combined" && st != "separate" {
+		errs = append(errs, field.NotSupported(spec.Child("postRenderStrategy"), st, []string{"combined", "separate"}))
+		errs[len(errs)-1].Detail += "; without post-rendering, the hooks' objects would lack the origin labels by which what Helm's uninstall leaves is removed from the plane"
 	}
 	if _, ok := nested(obj, "spec", "commonMetadata", "annotations", helmResourcePolicy).(string); ok {
 		errs = append(errs, field.Forbidden(spec.Child("commonMetadata", "annotations").Key(helmResourcePolicy),

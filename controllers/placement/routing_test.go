@@ -40,6 +40,8 @@ func TestRouteRelease(t *testing.T) {
 		{"creating namespaces", `{"spec": {"install": {"createNamespace": true}}}`, []string{"spec.install.createNamespace"}},
 		{"post-renderers", `{"spec": {"postRenderers": [{"kustomize": {}}]}}`, []string{"spec.postRenderers"}},
 		{"everything kept past the uninstall", `{"spec": {"commonMetadata": {"annotations": {"helm.sh/resource-policy": "keep"}}}}`, []string{"spec.commonMetadata.annotations[helm.sh/resource-policy]"}},
+		{"hooks left unlabelled", `{"spec": {"postRenderStrategy": "nohooks"}}`, []string{`spec.postRenderStrategy: Unsupported value: "nohooks"`}},
+		{"hooks post-rendered apart", `{"spec": {"postRenderStrategy": "separate"}}`, nil},
 		{"common labels", `{"spec": {"commonMetadata": {"labels": {"a": "b"}, "annotations": {"x": "y"}}}}`, nil},
 		{"several", `{"spec": {"serviceAccountName": "admin", "postRenderers": [{}]}}`, []string{"spec.serviceAccountName", "spec.postRenderers"}},
 	}
@@ -91,5 +93,22 @@ func TestPlacementCondition(t *testing.T) {
 				t.Errorf("%d: message %q lacks %q", i, c.Message, m)
 			}
 		}
+	}
+}
+
+// TestRoutingFillsInThePostRenderStrategy: a release that names no strategy gets
+// Flux's combined one, whatever the helm-controller's defaults, so its hooks carry the
+// origin labels its leftovers are found by.
+func TestRoutingFillsInThePostRenderStrategy(t *testing.T) {
+	r := placementRoute{namespace: "tenant-a", secret: "p-applier-kubeconfig", targets: []string{"tenant-a"}}
+	o := obj(t, `{"spec": {}}`)
+	routeRelease(o, r)
+	if got := nested(o, "spec", "postRenderStrategy"); got != "combined" {
+		t.Errorf("postRenderStrategy = %v, want combined", got)
+	}
+	o = obj(t, `{"spec": {"postRenderStrategy": "separate"}}`)
+	routeRelease(o, r)
+	if got := nested(o, "spec", "postRenderStrategy"); got != "separate" {
+		t.Errorf("postRenderStrategy = %v, want the release's own separate", got)
 	}
 }

@@ -1,7 +1,9 @@
 package posture
 
 import (
+	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -121,4 +123,35 @@ func ExactFields(obj client.Object) []string {
 		return []string{"subjects", "roleRef"}
 	}
 	return nil
+}
+
+// servedVersions is the version the operator reads each of DeployerRules' groups at.
+var servedVersions = map[string]string{
+	"": "v1", "apps": "v1", "batch": "v1", "networking.k8s.io": "v1", "policy": "v1",
+	"autoscaling": "v2", "rbac.authorization.k8s.io": "v1", "discovery.k8s.io": "v1",
+}
+
+// DeployerWritable is every resource a deployer may create in its target namespaces
+// (DeployerRules, subresources left out), at the version the operator reads it: what a
+// release applied as the deployer can have left there. It panics on a group
+// servedVersions does not know, so a rule added without its version fails every test.
+func DeployerWritable() []schema.GroupVersionResource {
+	var out []schema.GroupVersionResource
+	for _, rule := range DeployerRules(false) {
+		if !slices.Contains(rule.Verbs, "create") {
+			continue
+		}
+		for _, g := range rule.APIGroups {
+			v, ok := servedVersions[g]
+			if !ok {
+				panic("posture: no version for the deployer's API group " + g)
+			}
+			for _, r := range rule.Resources {
+				if !strings.Contains(r, "/") {
+					out = append(out, schema.GroupVersionResource{Group: g, Version: v, Resource: r})
+				}
+			}
+		}
+	}
+	return out
 }
