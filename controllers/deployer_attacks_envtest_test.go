@@ -118,12 +118,12 @@ func TestAttackDeployerRunsAPod(t *testing.T) {
 // (Helm's release records), so it could ask kube-controller-manager's token controller
 // for a token that never expires, by creating a kubernetes.io/service-account-token
 // Secret naming itself. Such a Secret is refused to everyone, the operator and the
-// exempt namespaces' ServiceAccounts (which the plane's general rule against token
-// Secrets trusts) included, on create and on update.
+// add-ons' trusted ServiceAccounts (which the plane's general rule against token Secrets
+// trusts) included, on create and on update.
 func TestAttackDeployerLegacyToken(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	p, tenant := readyRealPlane(t, ctx, newClass("deployer-token-"+rand.String(6)))
+	p, tenant := readyRealPlane(t, ctx, newClass("deployer-token-"+rand.String(6), trustCiliumOperator))
 	deployer := planeDeployer(t, ctx, p)
 	operator := operatorClient(t, ctx, p)
 	token := func(sa string) *corev1.Secret {
@@ -141,8 +141,8 @@ func TestAttackDeployerLegacyToken(t *testing.T) {
 		}
 	}
 	for who, c := range map[string]client.Client{
-		"the operator":                         operator,
-		"an exempt namespace's ServiceAccount": asUser(t, tenant, "system:serviceaccount:kube-system:cert-manager"),
+		"the operator":                       operator,
+		"an add-on's trusted ServiceAccount": asUser(t, tenant, "system:serviceaccount:kube-system:cilium-operator"),
 	} {
 		refusedBy(t, who, c.Create(ctx, token(cpv1.DeployerName), dry), deployerTokenRefusal)
 	}

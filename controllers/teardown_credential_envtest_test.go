@@ -241,3 +241,35 @@ func TestAttackTeardownCredentialOverAnUnverifiedPlane(t *testing.T) {
 	uninstalled(t, ctx, hr)
 	eventually(t, settle, planeGone(ctx, key))
 }
+
+// TestAttackNeverInstalledReleaseKeepsTheCredential: the applier credential is the
+// tenant's to read (Flux needs its Secret in the tenant's namespace), and the teardown
+// keeps it valid while Flux has something to uninstall. A tenant creates a placement
+// release that can never be installed (a Flux shard no controller serves) and gives it
+// Flux's finalizer itself: the teardown kept the credential for the whole
+// uninstallTimeout for a release with nothing in the plane. A release never installed
+// needs no uninstall: the credential goes at once, and the plane with it.
+func TestAttackNeverInstalledReleaseKeepsTheCredential(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p, _ := readyPlane(t, ctx, newClass("never-installed-"+rand.String(6)))
+	key := client.ObjectKeyFromObject(p)
+	hr := placementRelease(p.Namespace, "never", func(hr *helmv2.HelmRelease) {
+		hr.Labels[cpv1.ShardKeyLabel] = "nobody"
+		hr.Finalizers = []string{helmv2.HelmReleaseFinalizer}
+	})
+	if err := k8s.Create(ctx, hr); err != nil {
+		t.Fatal(err)
+	}
+	defer removeFinalizer(t, ctx, hr, helmv2.HelmReleaseFinalizer)
+
+	deleteWithReleases(t, ctx, p)
+	// The class's uninstallTimeout is the default 30 minutes: within the suite's settle
+	// the credential must be gone for a reason other than the timeout.
+	eventually(t, settle, func() error {
+		if err := k8s.Get(ctx, applierSecretKey(p), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the applier credential is still there for a release that was never installed (err=%v)", err)
+		}
+		return planeGone(ctx, key)()
+	})
+}

@@ -217,6 +217,11 @@ type ComputePlaneStatus struct {
 	// +optional
 	InfrastructureNamespace string `json:"infrastructureNamespace,omitempty"`
 
+	// DataStoreName is the Kamaji DataStore the plane's state is kept in, chosen when it
+	// was created (its class's spec.controlPlane.dataStores); empty: Kamaji's default.
+	// +optional
+	DataStoreName string `json:"dataStoreName,omitempty"`
+
 	// Endpoint of the plane's API server.
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
@@ -252,6 +257,7 @@ type ComputePlaneStatus struct {
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`,priority=1
+// +kubebuilder:printcolumn:name="DataStore",type=string,JSONPath=`.status.dataStoreName`,priority=1
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ComputePlane struct {

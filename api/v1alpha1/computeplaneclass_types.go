@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"sort"
+
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -214,6 +216,20 @@ type ControlPlaneProfile struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="dataStoreName is immutable"
 	DataStoreName string `json:"dataStoreName,omitempty"`
 
+	// DataStores says which planes share a Kamaji DataStore: a new plane's state goes to
+	// the first entry whose namespaceSelector matches its namespace's labels, and to
+	// dataStoreName when none does. Planes share a DataStore only when their namespaces
+	// are selected to the same one: what one plane's charts write (bounded by the
+	// placement namespaces' quota) fills only the DataStore of the planes it shares
+	// with. An entry selecting one namespace by name (kubernetes.io/metadata.name) gives
+	// that tenant a DataStore of its own. A plane keeps the DataStore it was created on
+	// (status.dataStoreName): changing this list or a namespace's labels moves no plane.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	DataStores []DataStoreAssignment `json:"dataStores,omitempty"`
+
 	// Replicas of the control plane's API server deployment.
 	// +optional
 	// +kubebuilder:default=2
@@ -225,6 +241,18 @@ type ControlPlaneProfile struct {
 	// +optional
 	// +kubebuilder:default=ClusterIP
 	ServiceType ServiceType `json:"serviceType,omitempty"`
+}
+
+// DataStoreAssignment gives the planes of the namespaces it selects a Kamaji DataStore.
+type DataStoreAssignment struct {
+	// Name of the Kamaji DataStore.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// NamespaceSelector selects, by their labels, the namespaces whose planes use it.
+	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="an empty selector would put every plane of the class on this DataStore: use dataStoreName for that"
+	NamespaceSelector metav1.LabelSelector `json:"namespaceSelector"`
 }
 
 // InfrastructureProfile places a plane's infrastructure.
@@ -283,6 +311,31 @@ type SystemAddon struct {
 	// Values passed to the chart.
 	// +optional
 	Values *apiextensionsv1.JSON `json:"values,omitempty"`
+
+	// TrustedServiceAccounts are the add-on's ServiceAccounts (in targetNamespace) that
+	// the plane's admission policies let do what only the operator may: cert-manager's
+	// cainjector writes the CA bundles of webhooks, APIServices and conversion webhooks,
+	// for one. No other identity is trusted like the operator, a ServiceAccount of an
+	// exempt namespace included: list only what must be.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:validation:items:MaxLength=253
+	TrustedServiceAccounts []string `json:"trustedServiceAccounts,omitempty"`
+}
+
+// TrustedIdentities are the user names of the class's add-ons' trusted ServiceAccounts
+// (spec.addons[].trustedServiceAccounts), sorted.
+func (c *ComputePlaneClassSpec) TrustedIdentities() []string {
+	var out []string
+	for _, a := range c.Addons {
+		for _, sa := range a.TrustedServiceAccounts {
+			out = append(out, "system:serviceaccount:"+a.TargetNamespace+":"+sa)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // AddonChartRef is a cross-namespace reference to a Flux chart source.

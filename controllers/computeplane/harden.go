@@ -214,8 +214,9 @@ func postureFor(p *cpv1.ComputePlane, class *cpv1.ComputePlaneClass, operator st
 		Version:             class.Spec.PodSecurity.Version,
 		Exempt:              class.Spec.PodSecurity.ExemptNamespaces,
 		Operator:            operator,
+		Trusted:             class.Spec.TrustedIdentities(),
 		PlacementNamespaces: tenancy.PlacementNamespaces(p),
-		Quota:               class.Spec.PlacementNamespaces.Quota,
+		Quota:               posture.BoundedQuota(class.Spec.PlacementNamespaces.Quota),
 		LimitRange:          class.Spec.PlacementNamespaces.LimitRange,
 		Labels:              render.PlaneLabels(p),
 	}

@@ -24,6 +24,7 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/controllers/tenancy"
 	"github.com/cozystack/computeplane/remote"
 	"github.com/cozystack/computeplane/ssa"
 )
@@ -46,6 +47,9 @@ import (
 func (r *Reconciler) reconcileProvisioning(ctx context.Context, s *scope) (ctrl.Result, error) {
 	p, class := s.plane, s.class
 	infraNS := render.InfrastructureNamespace(p, class)
+	// Before the infrastructure namespace is recorded: that tells a plane provisioned
+	// before its DataStore was recorded from a new one.
+	p.Status.DataStoreName = tenancy.DataStoreFor(p, class, s.namespaceLabels)
 	p.Status.InfrastructureNamespace = infraNS
 
 	before, err := r.observeProviders(ctx, s, infraNS, false)

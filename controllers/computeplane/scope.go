@@ -12,6 +12,8 @@ type scope struct {
 	plane   *cpv1.ComputePlane
 	class   *cpv1.ComputePlaneClass
 	results map[string]stageResult
+	// namespaceLabels are the labels of the plane's namespace, as validation read them.
+	namespaceLabels map[string]string
 	// released is set once the finalizer is gone and the object with it.
 	released bool
 	// deleting says which teardown stage the plane waits on.

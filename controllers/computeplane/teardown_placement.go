@@ -173,13 +173,20 @@ func (r *Reconciler) uninstallPlacement(ctx context.Context, s *scope) (stageWai
 }
 
 // uninstallHolds describes, sorted, each release that still needs the uninstall
-// credential: one that Flux (its finalizer) or the operator (the placement finalizer,
-// until Flux reports the release uninstalled) still holds. It names what else keeps each
-// one, so a person knows whom to ask. It is pure.
+// credential: one installed in the plane (status.storageNamespace, which Flux clears once
+// it uninstalled and sets only when it installed) that Flux (its finalizer) or the
+// operator (the placement finalizer) still holds. The credential is the tenant's too (its
+// Secret is in the tenant's namespace, for Flux), so it is kept exactly as long as Flux
+// has something to uninstall: a release never installed, or already uninstalled, needs
+// none, whatever finalizers it carries. It names what else keeps each one, so a person
+// knows whom to ask. It is pure.
 func uninstallHolds(releases []helmv2.HelmRelease) []string {
 	var out []string
 	for i := range releases {
 		hr := &releases[i]
+		if hr.Status.StorageNamespace == "" {
+			continue
+		}
 		if !controllerutil.ContainsFinalizer(hr, cpv1.PlacementFinalizer) && !controllerutil.ContainsFinalizer(hr, helmv2.HelmReleaseFinalizer) {
 			continue
 		}

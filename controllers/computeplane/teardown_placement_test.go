@@ -14,6 +14,7 @@ import (
 func TestUninstallHolds(t *testing.T) {
 	release := func(name string, finalizers []string, labels map[string]string, ready *metav1.Condition) helmv2.HelmRelease {
 		hr := helmv2.HelmRelease{ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: finalizers, Labels: labels}}
+		hr.Status.StorageNamespace = "tenant-a" // installed
 		if ready != nil {
 			hr.Status.Conditions = []metav1.Condition{*ready}
 		}
@@ -30,6 +31,12 @@ func TestUninstallHolds(t *testing.T) {
 			[]helmv2.HelmRelease{release("a", []string{cpv1.PlacementFinalizer}, nil, nil)}, []string{"a"}},
 		{"held by Flux",
 			[]helmv2.HelmRelease{release("a", []string{helmv2.HelmReleaseFinalizer}, nil, nil)}, []string{"a"}},
+		{"never installed (or uninstalled): nothing for Flux to uninstall, whatever holds it",
+			[]helmv2.HelmRelease{func() helmv2.HelmRelease {
+				hr := release("a", []string{helmv2.HelmReleaseFinalizer, cpv1.PlacementFinalizer}, map[string]string{cpv1.ShardKeyLabel: "nobody"}, nil)
+				hr.Status.StorageNamespace = ""
+				return hr
+			}()}, nil},
 		{"only someone else's finalizer: Flux is done with it, no credential waits",
 			[]helmv2.HelmRelease{release("a", []string{"tenant.example.com/hold"}, nil, nil)}, nil},
 		{"someone else's finalizer beside Flux's is named",

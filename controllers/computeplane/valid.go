@@ -53,6 +53,7 @@ func (r *Reconciler) reconcileValid(ctx context.Context, s *scope) (ctrl.Result,
 	if err := r.Get(ctx, client.ObjectKey{Name: p.Namespace}, ns); err != nil {
 		return ctrl.Result{}, err
 	}
+	s.namespaceLabels = ns.Labels
 	if !tenancy.NamespaceAllowed(class.Spec.AllowedNamespaces, ns.Labels) {
 		s.observe(cpv1.ValidCondition, stageTerminal(cpv1.NamespaceNotAllowedReason,
 			"ComputePlaneClass %q does not allow namespace %q (spec.allowedNamespaces %s); ask a platform operator for a class this namespace may use",

@@ -38,8 +38,8 @@ func Cluster(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) *clusterv1
 	return c
 }
 
-// KamajiControlPlane is the hosted control plane: version, replicas, datastore and
-// Service type from the class; the admin kubeconfig key pinned so the operator knows
+// KamajiControlPlane is the hosted control plane: version, replicas and Service type
+// from the class, the DataStore chosen for the plane (status.dataStoreName); the admin kubeconfig key pinned so the operator knows
 // which credential it reads.
 func KamajiControlPlane(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass) *unstructured.Unstructured {
 	cp := class.Spec.ControlPlane
@@ -53,7 +53,11 @@ func KamajiControlPlane(plane *cpv1.ComputePlane, class *cpv1.ComputePlaneClass)
 			"konnectivity": map[string]any{},
 		},
 	}
-	if cp.DataStoreName != "" {
+	// The DataStore chosen for the plane when it was created (tenancy.DataStoreFor);
+	// the class's before anything is recorded.
+	if ds := plane.Status.DataStoreName; ds != "" {
+		spec["dataStoreName"] = ds
+	} else if cp.DataStoreName != "" {
 		spec["dataStoreName"] = cp.DataStoreName
 	}
 	u := object(KamajiAPIVersion, KamajiControlPlaneKind, InfrastructureNamespace(plane, class), ClusterName(plane), plane)

@@ -48,14 +48,14 @@ func (p Posture) policies() []policy {
 	}
 }
 
-// notOperator matches every request but the operator's. Service accounts of exempt
-// (system) namespaces are trusted like the operator: the add-ons the operator installed
-// there (cert-manager's CA injector, say) must keep working.
+// notOperator matches every request but the operator's and those of the add-ons'
+// ServiceAccounts the class names as trusted (cert-manager's CA injector, say), by exact
+// user name: a ServiceAccount is trusted for what it is, not for where it runs (any pod
+// of an exempt namespace, a compromised add-on's included, would be the operator).
 func (p Posture) notOperator() admissionv1.MatchCondition {
 	return admissionv1.MatchCondition{
-		Name: "not-the-operator",
-		Expression: fmt.Sprintf("request.userInfo.username != %s && !(request.userInfo.username.startsWith('system:serviceaccount:') && request.userInfo.username.split(':')[2] in %s)",
-			quote(p.Operator), list(p.Exempt)),
+		Name:       "not-the-operator",
+		Expression: fmt.Sprintf("!(request.userInfo.username in %s)", list(append([]string{p.Operator}, p.Trusted...))),
 	}
 }
 

@@ -24,9 +24,12 @@ type Posture struct {
 	Level, Version string
 	// Exempt namespaces run system add-ons at the privileged level.
 	Exempt []string
-	// Operator is the user name of the operator's credential in the plane: the only
-	// identity allowed to change what the policies protect.
+	// Operator is the user name of the operator's credential in the plane: with Trusted,
+	// the only identities allowed to change what the policies protect.
 	Operator string
+	// Trusted are the user names of the add-ons' ServiceAccounts the class names as
+	// trusted like the operator (a CA injector); nothing else is.
+	Trusted []string
 	// PlacementNamespaces are pre-created for placement releases.
 	PlacementNamespaces []string
 	// Quota and LimitRange of each placement namespace (empty: none).

@@ -15,6 +15,7 @@ import (
 func testPosture() Posture {
 	return Posture{
 		Level: "restricted", Version: "v1.33", Exempt: []string{"kube-system"}, Operator: "kubernetes-super-admin",
+		Trusted:             []string{"system:serviceaccount:cert-manager:cert-manager-cainjector"},
 		PlacementNamespaces: []string{"tenant-a", "notebooks"},
 		Quota:               corev1.ResourceList{corev1.ResourcePods: resource.MustParse("10")},
 		Labels:              map[string]string{"computeplane.cozystack.io/name": "p"},
@@ -72,8 +73,9 @@ func TestPolicies(t *testing.T) {
 			t.Errorf("%s binding actions = %v", name, b.Spec.ValidationActions)
 		}
 		for _, mc := range vap.Spec.MatchConditions {
-			if !strings.Contains(mc.Expression, "'kubernetes-super-admin'") || !strings.Contains(mc.Expression, "['kube-system']") {
-				t.Errorf("%s match condition does not exempt exactly the operator and exempt namespaces: %s", name, mc.Expression)
+			if !strings.HasPrefix(mc.Expression, "!(request.userInfo.username in ['kubernetes-super-admin', 'system:serviceaccount:cert-manager:cert-manager-cainjector'])") ||
+				strings.Contains(mc.Expression, "kube-system']") || strings.Contains(mc.Expression, "startsWith") {
+				t.Errorf("%s match condition does not exempt exactly the operator and the trusted add-on identities, by name: %s", name, mc.Expression)
 			}
 		}
 	}
@@ -189,5 +191,52 @@ func TestWithoutClaimed(t *testing.T) {
 	}
 	if len(p.Exempt) != 3 {
 		t.Errorf("the posture's own list was changed: %v", p.Exempt)
+	}
+}
+
+// TestDeployerWritable: every resource a deployer may create is swept after an
+// uninstall, at a served version; what it may only read, and subresources, are not.
+func TestDeployerWritable(t *testing.T) {
+	got := map[string]bool{}
+	for _, gvr := range DeployerWritable() {
+		got[gvr.String()] = true
+	}
+	for _, want := range []string{"/v1, Resource=configmaps", "/v1, Resource=secrets", "apps/v1, Resource=deployments",
+		"batch/v1, Resource=jobs", "autoscaling/v2, Resource=horizontalpodautoscalers", "rbac.authorization.k8s.io/v1, Resource=rolebindings"} {
+		if !got[want] {
+			t.Errorf("%s is not swept", want)
+		}
+	}
+	for _, not := range []string{"/v1, Resource=endpoints", "/v1, Resource=pods/log", "discovery.k8s.io/v1, Resource=endpointslices"} {
+		if got[not] {
+			t.Errorf("%s is swept, but no deployer may create it", not)
+		}
+	}
+	if n := len(got); n != 18 {
+		t.Errorf("%d resources swept, want the 18 a deployer may create", n)
+	}
+}
+
+// TestBoundedQuota: every kind a deployer may create is counted, the class's own
+// bounds win, and what the class names beyond them is kept.
+func TestBoundedQuota(t *testing.T) {
+	q := BoundedQuota(corev1.ResourceList{"count/configmaps": resource.MustParse("7"), corev1.ResourcePods: resource.MustParse("10")})
+	for _, gvr := range DeployerWritable() {
+		name := "count/" + gvr.Resource
+		if gvr.Group != "" {
+			name += "." + gvr.Group
+		}
+		if _, ok := q[corev1.ResourceName(name)]; !ok {
+			t.Errorf("%s is not bounded", name)
+		}
+	}
+	for name, want := range map[corev1.ResourceName]string{
+		"count/configmaps": "7", corev1.ResourcePods: "10", "count/secrets": "250", "count/deployments.apps": "50",
+		corev1.ResourceRequestsStorage: "200Gi", corev1.ResourceServicesNodePorts: "0", corev1.ResourceServicesLoadBalancers: "0",
+	} {
+		got, ok := q[name]
+		if !ok || got.Cmp(resource.MustParse(want)) != 0 {
+			t.Errorf("%s = %v (set %v), want %s", name, got.String(), ok, want)
+		}
 	}
 }

@@ -210,6 +210,8 @@ func TestOperatorOnRealKamaji(t *testing.T) {
 		t.Errorf("the chart's ConfigMap reached the management cluster (err=%v)", err)
 	}
 
+	checkDeployerCannotFillTheDataStore(t, ctx, secret.Data[render.AdminKubeconfigKey], tcp, p)
+
 	// Teardown: the release is uninstalled from the plane, then Cluster API (stand-in)
 	// deletes the KamajiControlPlane, the TenantControlPlane goes through Kamaji's
 	// finalizers, and the pod runner stops the control plane.
