@@ -282,6 +282,17 @@ func (w *walkthrough) tenantGuards() error {
 	if err := refusedFor(out.String(), err, "carries a ComputePlane's credential"); err != nil {
 		return fmt.Errorf("a copy of the applier kubeconfig: %w", err)
 	}
+	step("Nor may a tenant's kubeconfig name a file of the controller that loads it: Flux would read its own ServiceAccount token there and send it to the tenant's server")
+	stolen := `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"elsewhere","namespace":"tenant-demo"},"stringData":{"value":` +
+		`"apiVersion: v1\nkind: Config\nclusters:\n- name: mine\n  cluster:\n    server: https://tenant.example.com\n` +
+		`users:\n- name: me\n  user:\n    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n` +
+		`contexts:\n- name: c\n  context: {cluster: mine, user: me}\ncurrent-context: c\n"}}`
+	fmt.Printf("\n$ kubectl create --dry-run=server -f - <<< '%s'\n", stolen)
+	out.Reset()
+	err = w.kubectl.command(strings.NewReader(stolen), io.MultiWriter(os.Stdout, &out), []string{"create", "--dry-run=server", "-f", "-"}).Run()
+	if err := refusedFor(out.String(), err, "users[me].tokenFile names a file or a program on the disk of the controller that reads it"); err != nil {
+		return fmt.Errorf("a kubeconfig naming the controller's token file: %w", err)
+	}
 	return nil
 }
 

@@ -30,7 +30,10 @@ const maxConcurrentJudges = 2
 
 // CopyGuard refuses a Secret, written by anyone but the operator, that carries a
 // plane's token (tenancy.PlaneCredentialIn): the judging of content that makes "only a
-// placement release applies into a plane" hold whatever Secret a Flux object names.
+// placement release applies into a plane" hold whatever Secret a Flux object names. It
+// also refuses a kubeconfig that names a file or a program of the controller that
+// would load it (controllerFilesIn): a tenant's kubeconfig must not make Flux send its
+// own credential anywhere.
 type CopyGuard struct {
 	// Client asks the API server who the operator is (once).
 	Client client.Client
@@ -85,6 +88,9 @@ func (g *CopyGuard) validate(ctx context.Context, req admission.Request) admissi
 	}
 	if c, ok := tenancy.PlaneCredentialIn(secret.Data, g.IsPlaneSubject); ok {
 		return admission.Denied(tenancy.CredentialCopyMessage(req.Namespace, req.Name, c))
+	}
+	if key, field, ok := controllerFilesIn(secret.Data); ok {
+		return admission.Denied(controllerFilesMessage(req.Namespace, req.Name, key, field))
 	}
 	return admission.Allowed("")
 }
