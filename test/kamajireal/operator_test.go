@@ -25,7 +25,6 @@ import (
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/internal/devenv/capistandin"
-	"github.com/cozystack/computeplane/remote"
 	"github.com/cozystack/computeplane/test/operatortest"
 	"github.com/cozystack/computeplane/test/testkit"
 )
@@ -309,19 +308,7 @@ func (b *bed) readyPlane(t *testing.T, ctx context.Context) (*cpv1.ComputePlane,
 // the proxy (what the test checks with; the operator has its own connection).
 func planeClient(t *testing.T, kubeconfig []byte, tcp *kamajiv1alpha1.TenantControlPlane) client.Client {
 	t.Helper()
-	cred, err := remote.ParseAdminKubeconfig(kubeconfig, []string{fmt.Sprintf("https://%s.%s.svc:6443", tcp.Name, tcp.Namespace)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := cred.RESTConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return planeClientAs(t, kubeconfig, tcp, "")
 }
 
 func describeConditions(conds []metav1.Condition) string {

@@ -63,7 +63,8 @@ func checkDeployerCannotFillTheDataStore(t *testing.T, ctx context.Context, kube
 	t.Errorf("the deployer wrote %d ConfigMaps of 64 KiB into a placement namespace: nothing bounds what one plane writes into its shared DataStore", tries)
 }
 
-// planeClientAs is the plane's administrator impersonating user.
+// planeClientAs is the plane's administrator, from the kubeconfig Kamaji wrote, through
+// the proxy, impersonating user (none when empty).
 func planeClientAs(t *testing.T, kubeconfig []byte, tcp *kamajiv1alpha1.TenantControlPlane, user string) client.Client {
 	t.Helper()
 	cred, err := remote.ParseAdminKubeconfig(kubeconfig, []string{fmt.Sprintf("https://%s.%s.svc:6443", tcp.Name, tcp.Namespace)})
@@ -74,7 +75,9 @@ func planeClientAs(t *testing.T, kubeconfig []byte, tcp *kamajiv1alpha1.TenantCo
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	if user != "" {
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	}
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
 		t.Fatal(err)
