@@ -9,6 +9,8 @@ TESTBIN = $(shell test/tools/build.sh)
 HELM = $(shell test/tools/helm.sh)
 # The real Kamaji manager (v1.0.0, built once, like the above; ~8 min cold).
 KAMAJI = $(shell test/tools/kamaji.sh)
+# Cluster API's core and kubeadm bootstrap managers, which test/kamajireal's nodes run.
+CAPI = $(shell test/tools/capi.sh)
 IMG ?= ghcr.io/cozystack/computeplane:dev
 GO_TEST_FLAGS ?=
 
@@ -39,7 +41,7 @@ build: ## Build the manager binary into bin/.
 test: ## Run every test (unit and envtest on real apiservers) with -race.
 	test/tools/modules.sh # the module proxy's occasional 502 fails a lazy fetch: fetch up front, retrying
 	test/tools/flux.sh >/dev/null # test/kamajireal runs the real Flux (e2e stays opt-in: make e2e)
-	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) KAMAJI_BIN=$(KAMAJI) go test -race -count=1 -timeout 20m $(GO_TEST_FLAGS) ./...
+	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) KAMAJI_BIN=$(KAMAJI) CLUSTER_API_BIN=$(CAPI) go test -race -count=1 -timeout 20m $(GO_TEST_FLAGS) ./...
 
 .PHONY: demo
 demo: ## Run the embedded default: a local management apiserver, the manager and a sample plane.

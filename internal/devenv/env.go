@@ -133,6 +133,9 @@ type ManagementOptions struct {
 	// Audit logs every request of the operator's identity (Cluster.AuditLog), so a
 	// suite can compare what the operator asked for with the RBAC it ships.
 	Audit bool
+	// ClusterAPI loads the rest of Cluster API's CRDs (ClusterAPIManagerCRDs), which its
+	// real managers need (StartClusterAPI).
+	ClusterAPI bool
 }
 
 // StartManagement starts a management apiserver with the ComputePlane CRDs from
@@ -145,6 +148,13 @@ func StartManagement(o ManagementOptions) (*Cluster, error) {
 	upstream, err := LoadUpstreamCRDs()
 	if err != nil {
 		return nil, err
+	}
+	if o.ClusterAPI {
+		more, err := loadCRDSources(ClusterAPIManagerCRDs)
+		if err != nil {
+			return nil, err
+		}
+		upstream = append(upstream, more...)
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: os.Getenv("KUBEBUILDER_ASSETS"),

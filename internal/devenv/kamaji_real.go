@@ -17,7 +17,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
@@ -26,6 +25,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/cozystack/computeplane/internal/devenv/hostproc"
 )
 
 // KamajiVersion is the Kamaji release test/tools/kamaji.sh builds (the only one the Go
@@ -93,8 +94,8 @@ type RealKamaji struct {
 	EtcdEndpoint string
 	KeepDir      bool
 
-	etcd      *hostProcess
-	kamaji    *hostProcess
+	etcd      *hostproc.Process
+	kamaji    *hostproc.Process
 	lock      *os.File
 	ownsProxy bool
 	webhook   bool
@@ -200,8 +201,8 @@ func (k *RealKamaji) claimWebhookPort(timeout time.Duration) error {
 		timeout = 5 * time.Minute
 	}
 	var err error
-	if k.lock, err = lockHost("computeplane-kamaji-webhook-9443", timeout); err != nil {
-		return err
+	if k.lock, err = hostproc.Lock("computeplane-kamaji-webhook-9443", timeout); err != nil {
+		return fmt.Errorf("another real Kamaji holds port %d on this host: %w", KamajiWebhookPort, err)
 	}
 	// Something that does not take the lock may hold the port: Kamaji would exit, and
 	// the wait for it to serve could mistake that other server for Kamaji.
@@ -308,24 +309,24 @@ func (k *RealKamaji) startManager(bin, tmp string) error {
 	// KUBECONFIG for ctrl.GetConfigOrDie; TMPDIR for the webhook certificates; the proxy
 	// for the soot manager, which reaches each ready plane at
 	// https://<tcp>.<ns>.svc:<port> (internal/utilities/tenant_client.go GetRESTClientConfig).
-	env := append(envWithout("KUBECONFIG", "TMPDIR", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"),
+	env := append(hostproc.EnvWithout("KUBECONFIG", "TMPDIR", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"),
 		"KUBECONFIG="+filepath.Join(k.Dir, "kubeconfig"), "TMPDIR="+tmp)
 	env = append(env, k.Proxy.Env()...)
 	var err error
-	if k.kamaji, err = startHostProcess("kamaji", bin, args, env, filepath.Join(k.Dir, "kamaji.log")); err != nil {
+	if k.kamaji, err = hostproc.Start("kamaji", bin, args, env, filepath.Join(k.Dir, "kamaji.log")); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if k.kamaji.exited() {
-			return k.kamaji.exitError()
+		if k.kamaji.Exited() {
+			return k.kamaji.ExitError()
 		}
 		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", KamajiWebhookPort), time.Second); err == nil {
 			_ = c.Close()
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("kamaji did not start serving in 60s; log %s ends:\n%s", k.kamaji.log, k.kamaji.tail(30))
+			return fmt.Errorf("kamaji did not start serving in 60s; log %s ends:\n%s", k.kamaji.Log, k.kamaji.Tail(30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -380,11 +381,11 @@ func (k *RealKamaji) Stop() {
 		_ = k.Mgmt.Client.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: kamajiMutatingWebhook}})
 		cancel()
 	}
-	k.kamaji.stop(10 * time.Second)
+	k.kamaji.Stop(10 * time.Second)
 	if k.Runner != nil {
 		k.Runner.Stop()
 	}
-	k.etcd.stop(10 * time.Second)
+	k.etcd.Stop(10 * time.Second)
 	if k.ownsProxy && k.Proxy != nil {
 		_ = k.Proxy.Close()
 	}
@@ -398,14 +399,14 @@ func (k *RealKamaji) Stop() {
 
 // Alive reports an error (with its log) if Kamaji has exited.
 func (k *RealKamaji) Alive() error {
-	if k.kamaji.exited() {
-		return k.kamaji.exitError()
+	if k.kamaji.Exited() {
+		return k.kamaji.ExitError()
 	}
 	return nil
 }
 
 // LogTail is the end of Kamaji's log, for failure messages.
-func (k *RealKamaji) LogTail(lines int) string { return k.kamaji.tail(lines) }
+func (k *RealKamaji) LogTail(lines int) string { return k.kamaji.Tail(lines) }
 
 func (k *RealKamaji) startEtcd(bin, pki string, certPEM, keyPEM []byte, ca *rsaCA) error {
 	client, err := FreeAddr()
@@ -432,7 +433,7 @@ func (k *RealKamaji) startEtcd(bin, pki string, certPEM, keyPEM []byte, ca *rsaC
 		"--client-cert-auth",
 		"--unsafe-no-fsync",
 	}
-	if k.etcd, err = startHostProcess("etcd", bin, args, envWithout(), filepath.Join(k.Dir, "etcd.log")); err != nil {
+	if k.etcd, err = hostproc.Start("etcd", bin, args, hostproc.EnvWithout(), filepath.Join(k.Dir, "etcd.log")); err != nil {
 		return err
 	}
 	// /health over mutual TLS, as Kamaji's clients will connect.
@@ -447,8 +448,8 @@ func (k *RealKamaji) startEtcd(bin, pki string, certPEM, keyPEM []byte, ca *rsaC
 	defer hc.CloseIdleConnections()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if k.etcd.exited() {
-			return k.etcd.exitError()
+		if k.etcd.Exited() {
+			return k.etcd.ExitError()
 		}
 		if resp, err := hc.Get("https://" + client + "/health"); err == nil {
 			_ = resp.Body.Close()
@@ -457,7 +458,7 @@ func (k *RealKamaji) startEtcd(bin, pki string, certPEM, keyPEM []byte, ca *rsaC
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the DataStore etcd is not healthy after 30s; log ends:\n%s", k.etcd.tail(20))
+			return fmt.Errorf("the DataStore etcd is not healthy after 30s; log ends:\n%s", k.etcd.Tail(20))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -551,30 +552,4 @@ func writeFiles(dir string, files map[string][]byte) error {
 		}
 	}
 	return nil
-}
-
-// lockHost takes a host-wide exclusive lock (flock on a file in /tmp, shared by every
-// test binary whatever its TMPDIR), waiting up to timeout. Closing the file releases it,
-// as does the process ending.
-func lockHost(name string, timeout time.Duration) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join("/tmp", name+".lock"), os.O_CREATE|os.O_RDWR, 0o666)
-	if err != nil {
-		return nil, err
-	}
-	deadline := time.Now().Add(timeout)
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			_ = f.Close()
-			return nil, err
-		}
-		if time.Now().After(deadline) {
-			_ = f.Close()
-			return nil, fmt.Errorf("another real Kamaji holds port %d on this host (lock /tmp/%s.lock) after %s", KamajiWebhookPort, name, timeout)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

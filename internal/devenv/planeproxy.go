@@ -10,6 +10,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/cozystack/computeplane/internal/devenv/hostproc"
 )
 
 // PlaneProxy is a test-only HTTP CONNECT proxy standing in for the management cluster's
@@ -63,6 +65,14 @@ func (p *PlaneProxy) Unroute(to string) {
 			delete(p.routes, from)
 		}
 	}
+}
+
+// Lookup is the local address the proxy dials for one a client asks for (host:port).
+func (p *PlaneProxy) Lookup(hostPort string) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	to, ok := p.routes[hostPort]
+	return to, ok
 }
 
 // Routes lists the mapped addresses, sorted, for logs and assertions.
@@ -137,7 +147,7 @@ func OutsideEnv() []string {
 	if outside == nil {
 		return os.Environ()
 	}
-	env := envWithout(proxyVars...)
+	env := hostproc.EnvWithout(proxyVars...)
 	for _, k := range proxyVars {
 		if v, ok := outside[k]; ok {
 			env = append(env, k+"="+v)

@@ -28,6 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/computeplane/internal/devenv/hostproc"
 )
 
 // Labels Kamaji v1.0.0 puts on a TenantControlPlane's Deployment
@@ -161,7 +163,7 @@ type runnerPod struct {
 // instance is one pod of one pod template: its kube-apiserver process and the companion
 // containers run next to it.
 type instance struct {
-	proc       *hostProcess // the kube-apiserver
+	proc       *hostproc.Process // the kube-apiserver
 	port       int
 	template   string
 	ready      bool
@@ -179,7 +181,7 @@ type companion struct {
 	args, env      []string
 	port           int
 	probe          string // its startup probe's path, over HTTPS on port
-	proc           *hostProcess
+	proc           *hostproc.Process
 	started        bool // the startup probe passed since the process last started
 	restarts       int
 	nextTry        time.Time
@@ -244,7 +246,7 @@ func (r *PodRunner) remove(p *runnerPod) {
 // restarted after it.
 func (r *PodRunner) stopLater(i *instance) {
 	i.stopping.Store(true)
-	procs := []*hostProcess{i.proc}
+	procs := []*hostproc.Process{i.proc}
 	for _, c := range i.companions {
 		procs = append(procs, c.proc)
 	}
@@ -252,7 +254,7 @@ func (r *PodRunner) stopLater(i *instance) {
 		r.stopping.Add(1)
 		go func() {
 			defer r.stopping.Done()
-			proc.stop(30 * time.Second)
+			proc.Stop(30 * time.Second)
 		}()
 	}
 }
@@ -282,7 +284,7 @@ func (r *PodRunner) Kill(namespace, name string) error {
 	if cur == nil {
 		return fmt.Errorf("no kube-apiserver runs for Deployment %s/%s", namespace, name)
 	}
-	cur.proc.kill()
+	cur.proc.Kill()
 	return nil
 }
 
@@ -298,11 +300,11 @@ func (r *PodRunner) Describe(namespace, name string) string {
 		namespace, name, p.restarts, p.lastErr, p.routed, p.routedTo)
 	for what, i := range map[string]*instance{"serving": p.cur, "rolling out": p.next} {
 		if i != nil {
-			s += fmt.Sprintf("\n%s: %s template %s ready %t; log ends:\n%s", what, i.addr(), i.template, i.ready, i.proc.tail(10))
+			s += fmt.Sprintf("\n%s: %s template %s ready %t; log ends:\n%s", what, i.addr(), i.template, i.ready, i.proc.Tail(10))
 			for _, c := range i.companions {
 				s += fmt.Sprintf("\n  %s at %s: started %t, restarts %d, last error %v", c.name, c.addr(), c.started, c.restarts, c.lastErr)
 				if c.proc != nil {
-					s += "; log ends:\n" + c.proc.tail(5)
+					s += "; log ends:\n" + c.proc.Tail(5)
 				}
 			}
 		}
@@ -422,16 +424,16 @@ func (r *PodRunner) reap(p *runnerPod, template string) (startCur, startNext boo
 	// A dead container is restarted in place with back-off, as restartPolicy Always
 	// (1 s, 2 s, ... 16 s); a pod rolling out replaces a dead one at once.
 	died := func(i *instance) {
-		p.lastErr = i.proc.exitError()
+		p.lastErr = i.proc.ExitError()
 		p.restarts++
 		p.nextTry = time.Now().Add(time.Duration(1<<min(p.restarts-1, 4)) * time.Second)
 	}
-	if p.cur != nil && p.cur.proc.exited() {
+	if p.cur != nil && p.cur.proc.Exited() {
 		died(p.cur)
 		r.proxy.Unroute(p.cur.addr())
 		p.cur = nil
 	}
-	if p.next != nil && p.next.proc.exited() {
+	if p.next != nil && p.next.proc.Exited() {
 		died(p.next)
 		p.next = nil
 	}
@@ -452,8 +454,8 @@ func (r *PodRunner) probeAndPromote(d *appsv1.Deployment, p *runnerPod) (cur, ne
 	r.mu.Lock()
 	cur, next = p.cur, p.next
 	r.mu.Unlock()
-	curReady := cur != nil && !cur.proc.exited() && r.ready(d, cur.addr())
-	nextReady := next != nil && !next.proc.exited() && r.ready(d, next.addr())
+	curReady := cur != nil && !cur.proc.Exited() && r.ready(d, cur.addr())
+	nextReady := next != nil && !next.proc.Exited() && r.ready(d, next.addr())
 	var old *instance
 	r.mu.Lock()
 	if cur != nil {
@@ -515,7 +517,7 @@ func (r *PodRunner) start(ctx context.Context, d *appsv1.Deployment, p *runnerPo
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	proc, err := startHostProcess("kube-apiserver of "+d.Namespace+"/"+d.Name, bin, args, env, filepath.Join(dir, "kube-apiserver.log"))
+	proc, err := hostproc.Start("kube-apiserver of "+d.Namespace+"/"+d.Name, bin, args, env, filepath.Join(dir, "kube-apiserver.log"))
 	if err != nil {
 		return nil, err
 	}
@@ -540,7 +542,7 @@ func (r *PodRunner) containerArgs(ctx context.Context, d *appsv1.Deployment, con
 		args = append(args, container.Command[1:]...)
 	}
 	args = runnerArgs(append(args, container.Args...), mounts, port)
-	env = envWithout("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
+	env = hostproc.EnvWithout("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
 	for _, e := range container.Env {
 		if e.ValueFrom == nil {
 			env = append(env, e.Name+"="+e.Value)
@@ -585,7 +587,7 @@ func (r *PodRunner) companions(ctx context.Context, d *appsv1.Deployment, dir, v
 
 // startCompanion starts a companion's process (r.mu is held); a failure is retried by tend.
 func (r *PodRunner) startCompanion(d *appsv1.Deployment, c *companion) {
-	proc, err := startHostProcess(c.name+" of "+d.Namespace+"/"+d.Name, c.bin, c.args, c.env, c.log)
+	proc, err := hostproc.Start(c.name+" of "+d.Namespace+"/"+d.Name, c.bin, c.args, c.env, c.log)
 	if err != nil {
 		c.lastErr = err
 		c.nextTry = time.Now().Add(time.Second)
@@ -603,8 +605,8 @@ func (r *PodRunner) tend(d *appsv1.Deployment, i *instance) {
 	var probe []*companion
 	r.mu.Lock()
 	for _, c := range i.companions {
-		if c.proc != nil && c.proc.exited() {
-			c.lastErr = c.proc.exitError()
+		if c.proc != nil && c.proc.Exited() {
+			c.lastErr = c.proc.ExitError()
 			c.proc, c.started = nil, false
 			c.restarts++
 			c.nextTry = time.Now().Add(time.Duration(1<<min(c.restarts-1, 4)) * time.Second)

@@ -28,7 +28,16 @@ type UpstreamCRDSource struct {
 	Version string
 	// Files are paths inside the module; globs allowed.
 	Files []string
+	// Labels are what the module's own kustomization (commonLabels) puts on its CRDs,
+	// as clusterctl installs them: Cluster API's contract labels, from which its
+	// controllers read the version of a kind a reference names
+	// (sigs.k8s.io/cluster-api v1.14.2 internal/contract/version.go).
+	Labels map[string]string
 }
+
+// capiContract are Cluster API's own contract labels (core/config/crd and
+// bootstrap/kubeadm/config/crd kustomization.yaml).
+var capiContract = map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1", "cluster.x-k8s.io/v1beta2": "v1beta2"}
 
 // UpstreamCRDs pins every upstream API the operator works with. The versions match
 // go.mod where the Go types are a dependency; the others (the CAPI main module, Kamaji's
@@ -41,19 +50,19 @@ var UpstreamCRDs = []UpstreamCRDSource{
 		"core/config/crd/bases/cluster.x-k8s.io_machines.yaml",
 		"core/config/crd/bases/cluster.x-k8s.io_machinehealthchecks.yaml",
 		"bootstrap/kubeadm/config/crd/bases/bootstrap.cluster.x-k8s.io_kubeadmconfigtemplates.yaml",
-	}},
+	}, Labels: capiContract},
 	{Module: "github.com/clastix/kamaji", Version: "v1.0.0", Files: []string{
 		"charts/kamaji/crds/tenantcontrolplane.yaml",
 		"charts/kamaji/crds/datastore.yaml",
 	}},
 	{Module: "github.com/clastix/cluster-api-control-plane-provider-kamaji", Version: "v0.20.0", Files: []string{
 		"config/crd/bases/controlplane.cluster.x-k8s.io_kamajicontrolplanes.yaml",
-	}},
+	}, Labels: map[string]string{"cluster.x-k8s.io/v1beta2": "v1alpha2"}},
 	{Module: "sigs.k8s.io/cluster-api-provider-kubevirt", Version: "v0.1.10", Files: []string{
 		"config/crd/bases/infrastructure.cluster.x-k8s.io_kubevirtclusters.yaml",
 		"config/crd/bases/infrastructure.cluster.x-k8s.io_kubevirtmachines.yaml",
 		"config/crd/bases/infrastructure.cluster.x-k8s.io_kubevirtmachinetemplates.yaml",
-	}},
+	}, Labels: map[string]string{"cluster.x-k8s.io/provider": "kubevirt", "cluster.x-k8s.io/v1beta1": "v1alpha1"}},
 	{Module: "github.com/cilium/cilium", Version: "v1.18.4", Files: []string{
 		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumnetworkpolicies.yaml",
 		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumclusterwidenetworkpolicies.yaml",
@@ -75,6 +84,22 @@ var UpstreamCRDs = []UpstreamCRDSource{
 	}},
 }
 
+// ClusterAPIManagerCRDs are the rest of Cluster API's CRDs, which its real managers
+// (StartClusterAPI) watch or migrate at start: MachinePools (a beta gate on by default),
+// ClusterClasses, ClusterResourceSets, IPAM, runtime extensions, MachineDrainRules,
+// KubeadmConfigs. Only a management cluster that runs them loads these.
+var ClusterAPIManagerCRDs = []UpstreamCRDSource{
+	{Module: "sigs.k8s.io/cluster-api", Version: "v1.14.2", Files: []string{
+		"core/config/crd/bases/addons.cluster.x-k8s.io_*.yaml",
+		"core/config/crd/bases/cluster.x-k8s.io_clusterclasses.yaml",
+		"core/config/crd/bases/cluster.x-k8s.io_machinedrainrules.yaml",
+		"core/config/crd/bases/cluster.x-k8s.io_machinepools.yaml",
+		"core/config/crd/bases/ipam.cluster.x-k8s.io_*.yaml",
+		"core/config/crd/bases/runtime.cluster.x-k8s.io_*.yaml",
+		"bootstrap/kubeadm/config/crd/bases/bootstrap.cluster.x-k8s.io_kubeadmconfigs.yaml",
+	}, Labels: capiContract},
+}
+
 var (
 	upstreamOnce sync.Once
 	upstream     []*apiextensionsv1.CustomResourceDefinition
@@ -86,35 +111,44 @@ var (
 // a test apiserver has no webhook to call, so multi-version CRDs are served without
 // conversion and must be used at their storage version.
 func LoadUpstreamCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	upstreamOnce.Do(func() {
-		for _, src := range UpstreamCRDs {
-			dir, err := moduleDir(src.Module, src.Version)
-			if err != nil {
-				upstreamErr = err
-				return
-			}
-			for _, pattern := range src.Files {
-				files, err := filepath.Glob(filepath.Join(dir, pattern))
-				if err != nil || len(files) == 0 {
-					upstreamErr = fmt.Errorf("%s@%s has no %s", src.Module, src.Version, pattern)
-					return
-				}
-				for _, f := range files {
-					crds, err := readCRDs(f)
-					if err != nil {
-						upstreamErr = err
-						return
-					}
-					upstream = append(upstream, crds...)
-				}
-			}
-		}
-	})
+	upstreamOnce.Do(func() { upstream, upstreamErr = loadCRDSources(UpstreamCRDs) })
 	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(upstream))
 	for _, c := range upstream {
 		out = append(out, c.DeepCopy())
 	}
 	return out, upstreamErr
+}
+
+func loadCRDSources(sources []UpstreamCRDSource) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, src := range sources {
+		dir, err := moduleDir(src.Module, src.Version)
+		if err != nil {
+			return nil, err
+		}
+		for _, pattern := range src.Files {
+			files, err := filepath.Glob(filepath.Join(dir, pattern))
+			if err != nil || len(files) == 0 {
+				return nil, fmt.Errorf("%s@%s has no %s", src.Module, src.Version, pattern)
+			}
+			for _, f := range files {
+				crds, err := readCRDs(f)
+				if err != nil {
+					return nil, err
+				}
+				for _, c := range crds {
+					for k, v := range src.Labels {
+						if c.Labels == nil {
+							c.Labels = map[string]string{}
+						}
+						c.Labels[k] = v
+					}
+				}
+				out = append(out, crds...)
+			}
+		}
+	}
+	return out, nil
 }
 
 // moduleDir returns the module's directory in the module cache. It runs outside any

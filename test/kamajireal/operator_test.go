@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -25,6 +26,7 @@ import (
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/internal/devenv/capistandin"
+	"github.com/cozystack/computeplane/internal/devenv/vm"
 	"github.com/cozystack/computeplane/test/operatortest"
 	"github.com/cozystack/computeplane/test/testkit"
 )
@@ -38,6 +40,17 @@ type bed struct {
 	kamaji *devenv.RealKamaji
 	flux   *devenv.HelmController
 	class  *cpv1.ComputePlaneClass
+	// With nodes: Cluster API's real managers, and the VMs its machines boot.
+	capi *devenv.ClusterAPI
+	vms  *vm.Host
+}
+
+// bedOptions choose what runs besides Kamaji and Flux.
+type bedOptions struct {
+	// nodes runs Cluster API's real core and kubeadm bootstrap managers instead of the
+	// Cluster stand-in, and VMs for its machines (CAPK's machine controller stand-in on a
+	// vm.Host): node groups become real nodes of the plane.
+	nodes bool
 }
 
 const chartsNamespace = "flux-charts"
@@ -45,6 +58,11 @@ const chartsNamespace = "flux-charts"
 // startBed starts everything; it skips when the Kamaji or helm-controller binary is not
 // built (make test builds both).
 func startBed(t *testing.T, ctx context.Context) *bed {
+	t.Helper()
+	return startBedWith(t, ctx, bedOptions{})
+}
+
+func startBedWith(t *testing.T, ctx context.Context, o bedOptions) *bed {
 	t.Helper()
 	bin, err := devenv.KamajiBinary()
 	if errors.Is(err, devenv.ErrNoKamaji) {
@@ -58,7 +76,13 @@ func startBed(t *testing.T, ctx context.Context) *bed {
 		t.Skip("the Flux helm-controller is not built: run test/tools/flux.sh (`make test` does), or set FLUX_HELM_CONTROLLER to its output")
 	}
 	scheme := controllers.NewScheme()
-	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme, Webhooks: true, Audit: true})
+	var capiBin string
+	if o.nodes {
+		if capiBin, err = devenv.ClusterAPIBinaries(); err != nil {
+			t.Skip(err)
+		}
+	}
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme, Webhooks: true, Audit: true, ClusterAPI: o.nodes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +105,12 @@ func startBed(t *testing.T, ctx context.Context) *bed {
 		}
 		b.kamaji.Stop()
 	})
-	stopStandins, err := capistandin.Start(ctx, mgmt.Config, scheme)
+	var standins capistandin.Options
+	if o.nodes {
+		b.startNodes(t, ctx, capiBin)
+		standins = capistandin.Options{RealCore: true, VMs: b.vms}
+	}
+	stopStandins, err := capistandin.StartWith(ctx, mgmt.Config, scheme, standins)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +127,10 @@ func startBed(t *testing.T, ctx context.Context) *bed {
 		"app": {"templates/configmap.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  value: {{ .Values.value | default \"v1\" | quote }}\n"},
 		// The class's CNI add-on: one ConfigMap (nothing runs pods here).
 		"cni": {"templates/configmap.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cni\ndata:\n  installed: \"true\"\n"},
+		// A tenant's workload, for planes with nodes: a Deployment of the VM image's
+		// busybox that the restricted profile admits, and a pod that runs as root.
+		"web":  {"templates/deployment.yaml": webDeployment},
+		"root": {"templates/pod.yaml": rootPodManifest},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -126,6 +159,22 @@ func startBed(t *testing.T, ctx context.Context) *bed {
 		NodeGroups:        cpv1.NodeGroupLimits{MaxGroups: 2, MaxReplicas: 3, InstanceTypes: []string{"u1.medium"}},
 		PlacementReleases: cpv1.PlacementReleasePolicy{SourceNamespaces: []string{chartsNamespace}},
 	}}
+	if o.nodes {
+		// Nodes join with the test bed's kubeadm and kubelet, v1.36.3, which refuse a
+		// control plane older than v1.35 (and the pod runner runs v1.36.3 whatever the
+		// TenantControlPlane says): the plane's version is theirs. Kamaji's validating
+		// webhook, which caps versions at v1.30.2, is not registered here.
+		b.class.Spec.KubernetesVersion = "v1.36.3"
+		// A node whose kubelet is gone is replaced once its plane marks it NotReady and
+		// that held 5 s; one node of one may be remediated.
+		b.class.Spec.NodeGroups.HealthCheck = cpv1.NodeHealthCheck{
+			UnhealthyNodeConditions: []cpv1.UnhealthyNodeCondition{
+				{Type: string(corev1.NodeReady), Status: string(corev1.ConditionUnknown), TimeoutSeconds: 5},
+				{Type: string(corev1.NodeReady), Status: string(corev1.ConditionFalse), TimeoutSeconds: 5},
+			},
+			UnhealthyLessThanOrEqualTo: ptr.To(intstr.FromInt32(1)),
+		}
+	}
 	if err := mgmt.Client.Create(ctx, b.class); err != nil {
 		t.Fatal(err)
 	}
@@ -263,9 +312,14 @@ func TestOperatorOnRealKamaji(t *testing.T) {
 // TenantControlPlane and Kamaji's admin kubeconfig Secret.
 func (b *bed) readyPlane(t *testing.T, ctx context.Context) (*cpv1.ComputePlane, *kamajiv1alpha1.TenantControlPlane, *corev1.Secret) {
 	t.Helper()
-	k8s := b.mgmt.Client
 	created := time.Now()
-	p := testkit.NewTenantPlane(t, ctx, k8s, b.class.Name)
+	return b.readyPlaneNamed(t, ctx, testkit.NewTenantPlane(t, ctx, b.mgmt.Client, b.class.Name), created)
+}
+
+// readyPlaneNamed is readyPlane for a ComputePlane the caller created.
+func (b *bed) readyPlaneNamed(t *testing.T, ctx context.Context, p *cpv1.ComputePlane, created time.Time) (*cpv1.ComputePlane, *kamajiv1alpha1.TenantControlPlane, *corev1.Secret) {
+	t.Helper()
+	k8s := b.mgmt.Client
 	var tcpReady time.Duration // when Kamaji first reported its TenantControlPlane Ready
 	testkit.Poll(t, 3*time.Minute, 100*time.Millisecond, func() error {
 		got := &cpv1.ComputePlane{}

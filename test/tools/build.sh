@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the pinned kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kubectl
-# from the Go module proxy into a versioned cache outside the repository, once. Prints the
-# directory holding them.
+# Builds the pinned kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubeadm,
+# etcd and kubectl from the Go module proxy into a versioned cache outside the repository,
+# once. Prints the directory holding them.
 # The binaries never enter git: CI and developers rebuild them (a link step when the Go
 # build cache is warm).
 set -euo pipefail
@@ -47,4 +47,7 @@ build kube-apiserver k8s ./kube-apiserver
 # kube-apiserver (internal/devenv/podrunner.go).
 build kube-controller-manager k8s ./kube-controller-manager
 build kube-scheduler k8s ./kube-scheduler
+# A worker node's kubelet and the kubeadm its bootstrap data runs (internal/devenv/vm).
+build kubelet k8s ./kubelet
+build kubeadm k8s ./kubeadm
 echo "$dir"

@@ -22,12 +22,28 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/cozystack/computeplane/controllers/render"
+	"github.com/cozystack/computeplane/internal/devenv/vm"
 )
 
 // Start runs the stand-ins in a manager of their own with cfg's rights (an
 // administrator's: they are other components than the operator), until ctx ends or the
 // returned stop is called.
 func Start(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (stop func(), err error) {
+	return StartWith(ctx, cfg, scheme, Options{})
+}
+
+// Options choose the stand-ins.
+type Options struct {
+	// RealCore says Cluster API's real core manager runs (devenv.StartClusterAPI): the
+	// Cluster stand-in does not.
+	RealCore bool
+	// VMs, when set, runs the KubevirtMachines' VMs (CAPK's machine controller); with no
+	// VMs, machines are not stood in for.
+	VMs *vm.Host
+}
+
+// StartWith is Start with a choice of stand-ins.
+func StartWith(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o Options) (stop func(), err error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
@@ -49,12 +65,24 @@ func Start(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (stop 
 		Complete(kcps); err != nil {
 		return nil, err
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).Named("cluster").WithOptions(opts).
-		For(&clusterv1.Cluster{}).
-		Watches(newKCP(), handler.EnqueueRequestsFromMapFunc(ownedToCluster)).
-		Watches(infra, handler.EnqueueRequestsFromMapFunc(ownedToCluster)).
-		Complete(&clusters{client: c, mapper: mgr.GetRESTMapper()}); err != nil {
-		return nil, err
+	if !o.RealCore {
+		if err := ctrl.NewControllerManagedBy(mgr).Named("cluster").WithOptions(opts).
+			For(&clusterv1.Cluster{}).
+			Watches(newKCP(), handler.EnqueueRequestsFromMapFunc(ownedToCluster)).
+			Watches(infra, handler.EnqueueRequestsFromMapFunc(ownedToCluster)).
+			Complete(&clusters{client: c, mapper: mgr.GetRESTMapper()}); err != nil {
+			return nil, err
+		}
+	}
+	if o.VMs != nil {
+		machines := &kubevirtMachines{client: c, host: o.VMs}
+		if err := ctrl.NewControllerManagedBy(mgr).Named("kubevirtmachine").WithOptions(opts).
+			For(newKubevirtMachine()).
+			Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(machineToKubevirtMachine)).
+			Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(machines.clusterToKubevirtMachines)).
+			Complete(machines); err != nil {
+			return nil, err
+		}
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("garbagecollector").WithOptions(opts).
 		For(&kamajiv1alpha1.TenantControlPlane{}).

@@ -1,0 +1,13 @@
+// Command kubeadm is the upstream kubeadm at the same version as the test apiserver: the
+// test bed's worker nodes join their plane with it, running the bootstrap data Cluster
+// API's kubeadm bootstrap provider renders.
+package main
+
+import (
+	"k8s.io/kubernetes/cmd/kubeadm/app"
+	utilerrors "k8s.io/kubernetes/cmd/kubeadm/app/util/errors"
+)
+
+func main() {
+	utilerrors.HandleError(app.Run())
+}
