@@ -85,7 +85,7 @@ func run(ctx context.Context, stay, verbose bool) error {
 	}
 	step("Starting a management kube-apiserver and etcd (with the Cluster API, Kamaji, CAPK, Cilium and Flux CRDs)")
 	scheme := controllers.NewScheme()
-	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme, Bare: true})
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme, Bare: true, ClusterAPI: true})
 	if err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func run(ctx context.Context, stay, verbose bool) error {
 		return err
 	}
 	defer stopComponents()
-	for _, section := range []func() error{w.provision, w.showBeacon, w.insidePlane, w.tenantGuards, w.admissionChecks, w.grantsAndReconcile} {
+	for _, section := range []func() error{w.provision, w.showBeacon, w.insidePlane, w.nodes, w.tenantGuards, w.admissionChecks, w.grantsAndReconcile} {
 		if err := section(); err != nil {
 			return err
 		}
@@ -140,6 +140,8 @@ type walkthrough struct {
 	samples string
 	key     client.ObjectKey // the sample plane
 	infra   string           // its infrastructure namespace, once provisioned
+	// planeKubeconfig is the plane's admin kubeconfig, written by insidePlane.
+	planeKubeconfig string
 }
 
 // startComponents installs the operator from its chart and starts Kamaji and the stand-ins
@@ -165,13 +167,18 @@ func (w *walkthrough) startComponents(scheme *runtime.Scheme, kamajiBin string, 
 
 	// Kamaji and Cluster API are other components with their own rights: they run as an
 	// administrator, while the operator has only the RBAC the chart gives it.
-	step("Starting Kamaji " + devenv.KamajiVersion + " (the real manager, with a TLS etcd DataStore; its control planes (kube-apiserver, kube-controller-manager, kube-scheduler) run as host processes) and stand-ins for its Cluster API provider and Cluster API core")
+	step("Starting Kamaji " + devenv.KamajiVersion + " (the real manager, with a TLS etcd DataStore; its control planes (kube-apiserver, kube-controller-manager, kube-scheduler) run as host processes), Cluster API " + devenv.ClusterAPIVersion + "'s real core and kubeadm bootstrap managers, and stand-ins for Kamaji's Cluster API provider and for KubeVirt (a VM is namespaces with containerd and a kubelet)")
 	kamaji, err := devenv.StartRealKamaji(w.ctx, w.mgmt, devenv.RealKamajiOptions{Binary: kamajiBin, Proxy: proxy})
 	if err != nil {
 		return nil, err
 	}
 	stops = append(stops, kamaji.Stop)
-	stopStandins, err := capistandin.Start(w.ctx, w.mgmt.Config, scheme)
+	vms, stopNodes, err := w.startNodes(proxy, filepath.Dir(w.kubectl.kubeconfig))
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, stopNodes)
+	stopStandins, err := capistandin.StartWith(w.ctx, w.mgmt.Config, scheme, capistandin.Options{RealCore: true, VMs: vms})
 	if err != nil {
 		return nil, err
 	}
@@ -241,6 +248,7 @@ func (w *walkthrough) insidePlane() error {
 	if err != nil {
 		return err
 	}
+	w.planeKubeconfig = planeKubeconfig
 	plane := func(args ...string) []string { return append([]string{"--kubeconfig", planeKubeconfig}, args...) }
 	if err := w.kubectl.run(plane("get", "namespaces", "-L", "pod-security.kubernetes.io/enforce")...); err != nil {
 		return err

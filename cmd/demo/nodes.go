@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
+	"github.com/cozystack/computeplane/internal/devenv"
+	"github.com/cozystack/computeplane/internal/devenv/vm"
+)
+
+// managementServiceCIDR is the management apiserver's --service-cluster-ip-range
+// (envtest's): the plane's control-plane Service, which its nodes join, has its ClusterIP
+// there.
+const managementServiceCIDR = "10.0.0.0/24"
+
+// startNodes starts Cluster API's real managers and the host of the VMs its Machines
+// boot; the returned func stops both.
+func (w *walkthrough) startNodes(proxy *devenv.PlaneProxy, dir string) (*vm.Host, func(), error) {
+	capiBin, err := devenv.ClusterAPIBinaries()
+	if err != nil {
+		return nil, nil, err
+	}
+	host, err := vm.NewHost(vm.Options{Dir: filepath.Join(dir, "vms"), Binaries: w.mgmt.Env.BinaryAssetsDirectory,
+		ServiceCIDR: managementServiceCIDR, Resolve: proxy.Lookup, LookupService: w.serviceIP})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (the demo's plane has a real node: run it as root, with `apt-get install containerd runc iptables containernetworking-plugins busybox-static`)", err)
+	}
+	capiDir := filepath.Join(dir, "cluster-api")
+	if err := os.MkdirAll(capiDir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	capi, err := devenv.StartClusterAPI(w.ctx, w.mgmt, devenv.ClusterAPIOptions{Binaries: capiBin, Dir: capiDir, Proxy: proxy})
+	if err != nil {
+		_ = host.Close()
+		return nil, nil, err
+	}
+	return host, func() {
+		capi.Stop()
+		_ = host.Close()
+	}, nil
+}
+
+// serviceIP is the management cluster's DNS for the VMs: a Service's ClusterIP by name.
+func (w *walkthrough) serviceIP(service, namespace string) (string, bool) {
+	ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
+	defer cancel()
+	svc := &corev1.Service{}
+	if err := w.mgmt.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: service}, svc); err != nil ||
+		svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return "", false
+	}
+	return svc.Spec.ClusterIP, true
+}
+
+// nodes shows the sample plane's worker node, joined through the bootstrap data Cluster
+// API rendered from the operator's templates, and a pod running on it. It fails the demo
+// when no node joins, or the pod does not run there.
+func (w *walkthrough) nodes() error {
+	step("The plane's node group became a real node: Cluster API (the real core and kubeadm bootstrap managers) made a Machine, its VM ran the bootstrap data (kubeadm join), and the kubelet registered")
+	if err := w.kubectl.run("get", "-n", w.infra, "machinedeployments,machinesets,machines,kubevirtmachines"); err != nil {
+		return err
+	}
+	plane := func(args ...string) []string { return append([]string{"--kubeconfig", w.planeKubeconfig}, args...) }
+	if err := w.kubectl.until(4*time.Minute, plane("wait", "--for=condition=Ready", "nodes", "-l", cpv1.NodeGroupLabel+"=workers", "--timeout=10s")...); err != nil {
+		return fmt.Errorf("no node of the workers group became Ready in the plane: %w", err)
+	}
+	if err := w.kubectl.run(plane("get", "nodes", "-o", "wide", "-L", cpv1.NodeGroupLabel)...); err != nil {
+		return err
+	}
+	step("A pod that the restricted profile admits runs on that node (its image is preloaded on the VM's disk: there is no registry here)")
+	overrides := fmt.Sprintf(`{"spec":{"containers":[{"name":"hello","image":%q,"command":["/bin/sh","-c","echo hello from $(hostname); sleep 3600"],`+
+		`"securityContext":{"allowPrivilegeEscalation":false,"runAsNonRoot":true,"runAsUser":65534,"capabilities":{"drop":["ALL"]},"seccompProfile":{"type":"RuntimeDefault"}}}]}}`, vm.BusyboxImage)
+	if err := w.kubectl.run(plane("run", "hello", "-n", "notebooks", "--image="+vm.BusyboxImage, "--restart=Never", "--overrides="+overrides)...); err != nil {
+		return err
+	}
+	if err := w.kubectl.run(plane("wait", "--for=condition=Ready", "-n", "notebooks", "pod/hello", "--timeout=120s")...); err != nil {
+		return fmt.Errorf("the pod did not run on the plane's node: %w", err)
+	}
+	if err := w.kubectl.run(plane("get", "pods", "-n", "notebooks", "-o", "wide")...); err != nil {
+		return err
+	}
+	return w.kubectl.until(30*time.Second, plane("logs", "-n", "notebooks", "hello")...)
+}
