@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -235,8 +236,35 @@ func TestNodeJoinsThePlane(t *testing.T) {
 	})
 	t.Logf("kubelet killed → Machine remediated and a new Node Ready: %s", time.Since(killed).Round(time.Millisecond))
 
-	// Deleting the plane deletes its machines, and with them its VM.
+	// A change of the group's machine (its instance type) rolls its nodes: the operator
+	// renders a new KubevirtMachineTemplate, Cluster API's rollout brings up a Machine of
+	// it, whose VM joins, then deletes the old one.
+	old := readyNodes(t, ctx, plane)
+	rolled := time.Now()
 	patch := client.MergeFrom(p.DeepCopy())
+	g := p.Spec.NodeGroups["workers"]
+	g.InstanceType = "u1.large"
+	p.Spec.NodeGroups["workers"] = g
+	if err := k8s.Patch(ctx, p, patch); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Poll(t, 4*time.Minute, time.Second, func() error {
+		var now []string
+		for n := range readyNodes(t, ctx, plane) {
+			now = append(now, n)
+		}
+		if len(now) != 1 || old[now[0]] {
+			return fmt.Errorf("Ready nodes %v (before the change %v); machines: %s", now, old, b.machines(ctx, p))
+		}
+		if names := b.vms.Names(); len(names) != 1 || names[0] != now[0] {
+			return fmt.Errorf("VMs %v, want only %s's", names, now[0])
+		}
+		return nil
+	})
+	t.Logf("instance type changed → the group's node replaced by one of the new template: %s", time.Since(rolled).Round(time.Millisecond))
+
+	// Deleting the plane deletes its machines, and with them its VM.
+	patch = client.MergeFrom(p.DeepCopy())
 	metav1.SetMetaDataAnnotation(&p.ObjectMeta, cpv1.UninstallAnnotation, "the test is done with it")
 	if err := k8s.Patch(ctx, p, patch); err != nil {
 		t.Fatal(err)
@@ -250,6 +278,32 @@ func TestNodeJoinsThePlane(t *testing.T) {
 		}
 		return nil
 	})
+	// Nothing of the nodes is left on the host: no network namespace, no cgroup (and so
+	// no process: each VM's processes and its pods' are under its cgroup).
+	if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil || strings.Contains(string(out), "computeplane-vm-") {
+		t.Errorf("network namespaces left (%v): %s", err, out)
+	}
+	if left, _ := filepath.Glob("/sys/fs/cgroup/*/computeplane-vm-*"); len(left) > 0 {
+		t.Errorf("cgroups left: %v", left)
+	}
+}
+
+// readyNodes are the names of the plane's Ready nodes.
+func readyNodes(t *testing.T, ctx context.Context, plane client.Client) map[string]bool {
+	t.Helper()
+	var nodes corev1.NodeList
+	if err := plane.List(ctx, &nodes); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, n := range nodes.Items {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				out[n.Name] = true
+			}
+		}
+	}
+	return out
 }
 
 // The suite's workload charts (startBedWith serves them).
@@ -317,6 +371,8 @@ func releaseState(ctx context.Context, c client.Client, hr *helmv2.HelmRelease) 
 // restrictedPod is a busybox pod that Pod Security's restricted profile admits.
 func restrictedPod(ns, name, script string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{
+		// The shell is PID 1 and ignores SIGTERM: a drain would wait out the default 30 s.
+		TerminationGracePeriodSeconds: ptr.To[int64](1),
 		Containers: []corev1.Container{{Name: name, Image: vm.BusyboxImage, Command: []string{"/bin/sh", "-c", script},
 			SecurityContext: &corev1.SecurityContext{
 				AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534),

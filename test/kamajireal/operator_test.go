@@ -165,6 +165,7 @@ func startBedWith(t *testing.T, ctx context.Context, o bedOptions) *bed {
 		// TenantControlPlane says): the plane's version is theirs. Kamaji's validating
 		// webhook, which caps versions at v1.30.2, is not registered here.
 		b.class.Spec.KubernetesVersion = "v1.36.3"
+		b.class.Spec.NodeGroups.InstanceTypes = []string{"u1.medium", "u1.large"}
 		// A node whose kubelet is gone is replaced once its plane marks it NotReady and
 		// that held 5 s; one node of one may be remediated.
 		b.class.Spec.NodeGroups.HealthCheck = cpv1.NodeHealthCheck{

@@ -89,7 +89,29 @@ func NewHost(o Options) (*Host, error) {
 	if err := h.writeBinaries(); err != nil {
 		return nil, err
 	}
+	sweepStale()
 	return h, nil
+}
+
+// sweepStale removes what VMs of crashed runs left (a network namespace, cgroups and
+// their processes) under every index no live VM holds: a test that checks nothing of
+// its VMs is left then sees its own leftovers only.
+func sweepStale() {
+	for i := 1; i <= vmIndexes; i++ {
+		n := newNetwork(i)
+		_, nsErr := os.Stat("/run/netns/" + n.netns)
+		_, cgErr := os.Stat(filepath.Join(cgroupRoot, "pids", n.netns))
+		if nsErr != nil && cgErr != nil {
+			continue
+		}
+		f, err := hostproc.Lock(n.netns, 0)
+		if err != nil {
+			continue // a live VM's
+		}
+		_ = killCgroup(n.netns, 10*time.Second)
+		n.destroy()
+		_ = f.Close()
+	}
 }
 
 // kubeadmPreflightIgnored are the kubeadm preflight checks that judge this host, not
@@ -157,12 +179,18 @@ func (h *Host) Names() []string {
 func (h *Host) Delete(name string) error {
 	h.mu.Lock()
 	v, ok := h.vms[name]
-	delete(h.vms, name)
 	h.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	return v.powerOff(true)
+	// Listed (Names, Get) until it is powered off: nothing of it is left once it is not.
+	err := v.powerOff(true)
+	h.mu.Lock()
+	if h.vms[name] == v {
+		delete(h.vms, name)
+	}
+	h.mu.Unlock()
+	return err
 }
 
 // Close deletes every VM.

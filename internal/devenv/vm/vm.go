@@ -28,6 +28,9 @@ type VM struct {
 	containerd *hostproc.Process
 	kubelet    *unit
 
+	off    sync.Once
+	offErr error
+
 	mu        sync.Mutex
 	bootstrap error // cloud-init's outcome once it ran; errBooting until then
 }
@@ -171,6 +174,13 @@ func (v *VM) command(argv ...string) *exec.Cmd {
 // powerOff kills every process of the VM and removes its namespaces, and its disk when
 // deleting.
 func (v *VM) powerOff(deleting bool) error {
+	// Once: after the first, the index (and its cgroup and namespace names) may be
+	// another VM's.
+	v.off.Do(func() { v.offErr = v.doPowerOff(deleting) })
+	return v.offErr
+}
+
+func (v *VM) doPowerOff(deleting bool) error {
 	if v.kubelet != nil {
 		v.kubelet.stop()
 	}
