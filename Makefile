@@ -46,7 +46,7 @@ test: ## Run every test (unit and envtest on real apiservers) with -race.
 .PHONY: demo
 demo: ## Run the embedded default: a local management apiserver, the manager and a sample plane.
 	test/tools/modules.sh # the module proxy's occasional 502 fails a lazy fetch: fetch up front, retrying
-	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) KAMAJI_BIN=$(KAMAJI) CLUSTER_API_BIN=$(CAPI) go run ./cmd/demo
+	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) KAMAJI_BIN=$(KAMAJI) CLUSTER_API_BIN=$(CAPI) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) go run ./cmd/demo
 
 .PHONY: e2e
 e2e: ## Run placement end to end with the real Flux helm-controller (built once, see test/tools/flux.sh), on the dev provider's planes and on a real Kamaji plane.

@@ -183,7 +183,12 @@ func (w *walkthrough) startComponents(scheme *runtime.Scheme, kamajiBin string, 
 		return nil, err
 	}
 	stops = append(stops, stopStandins)
-	step("The operator is running (controllers and admission webhook) as its ServiceAccount, with the chart's RBAC; the Deployment itself has no pods: no kubelet here")
+	stopFlux, err := w.startFlux()
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, stopFlux)
+	step("The operator is running (controllers and admission webhook) as its ServiceAccount, with the chart's RBAC (its Deployment has no pods: the manager runs as a host process); the real Flux helm-controller runs too")
 	return stop, w.kubectl.run("get", "deployment,serviceaccount,secret,poddisruptionbudget", "-n", operatorNS)
 }
 

@@ -47,6 +47,31 @@ func (w *walkthrough) startNodes(proxy *devenv.PlaneProxy, dir string) (*vm.Host
 	}, nil
 }
 
+// startFlux starts the real Flux helm-controller and serves the demo's app chart as an
+// ExternalArtifact in cozy-public (the sample class's placement source); the returned
+// func stops both.
+func (w *walkthrough) startFlux() (func(), error) {
+	bin := devenv.FluxHelmControllerBinary()
+	if bin == "" {
+		return nil, fmt.Errorf("the Flux helm-controller is not built: run test/tools/flux.sh (`make demo` does), or set FLUX_HELM_CONTROLLER to its output")
+	}
+	stopCharts, err := devenv.ServeCharts(w.ctx, w.mgmt.Client, "cozy-public", map[string]devenv.Chart{
+		"hello-web": devenv.WebChart()})
+	if err != nil {
+		return nil, err
+	}
+	flux, err := devenv.StartHelmController(w.mgmt, bin)
+	if err != nil {
+		stopCharts()
+		return nil, err
+	}
+	return func() { flux.Stop(); stopCharts() }, nil
+}
+
+// helloWebRelease is a placement release of it: the label routes it into the plane.
+const helloWebRelease = `{"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease","metadata":{"name":"hello-web","namespace":"tenant-demo","labels":{"computeplane.cozystack.io/placement":"ComputePlane"}},` +
+	`"spec":{"interval":"10m","releaseName":"hello-web","chartRef":{"kind":"ExternalArtifact","name":"hello-web","namespace":"cozy-public"},"targetNamespace":"notebooks","install":{"disableWait":true},"upgrade":{"disableWait":true}}}`
+
 // serviceIP is the management cluster's DNS for the VMs: a Service's ClusterIP by name.
 func (w *walkthrough) serviceIP(service, namespace string) (string, bool) {
 	ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
@@ -86,5 +111,19 @@ func (w *walkthrough) nodes() error {
 	if err := w.kubectl.run(plane("get", "pods", "-n", "notebooks", "-o", "wide")...); err != nil {
 		return err
 	}
-	return w.kubectl.until(30*time.Second, plane("logs", "-n", "notebooks", "hello")...)
+	if err := w.kubectl.until(30*time.Second, plane("logs", "-n", "notebooks", "hello")...); err != nil {
+		return err
+	}
+	step("A placement release lands on that node: the real Flux helm-controller installs it into the plane as the deployer, and its Deployment's pod runs there (Ready: its httpd answers the kubelet's probe)")
+	if _, err := w.kubectl.stdinOutput(helloWebRelease, "apply", "-f", "-"); err != nil {
+		return err
+	}
+	if err := w.kubectl.run("wait", "--for=condition=Ready", "-n", "tenant-demo", "helmrelease/hello-web", "--timeout=120s"); err != nil {
+		return fmt.Errorf("Flux did not install the placement release into the plane: %w", err)
+	}
+	// Until the ReplicaSet has made the pod, kubectl wait finds nothing to wait for.
+	if err := w.kubectl.until(2*time.Minute, plane("wait", "--for=condition=Ready", "-n", "notebooks", "pod", "-l", "app=hello-web", "--timeout=10s")...); err != nil {
+		return fmt.Errorf("the placement release's pod did not run on the plane's node: %w", err)
+	}
+	return w.kubectl.run(plane("get", "pods", "-n", "notebooks", "-l", "app=hello-web", "-o", "wide")...)
 }

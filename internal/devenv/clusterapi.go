@@ -16,8 +16,8 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
@@ -64,7 +64,7 @@ type ClusterAPI struct {
 	core      *hostproc.Process
 	bootstrap *hostproc.Process
 	mgmt      *Cluster
-	webhooks  []string
+	webhooks  []client.Object
 }
 
 // ClusterAPIOptions shape StartClusterAPI.
@@ -204,34 +204,38 @@ func (c *ClusterAPI) registerWebhooks(ctx context.Context, m capiManager, manife
 			url := base + ptrOr(cc.Service.Path)
 			*cc = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM}
 		}
+		var w client.Object
+		var configs []*admissionregistrationv1.WebhookClientConfig
 		switch kind.Kind {
 		case "MutatingWebhookConfiguration":
-			w := &admissionregistrationv1.MutatingWebhookConfiguration{}
-			if err := yaml.Unmarshal(doc, w); err != nil {
+			mw := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			if err := yaml.Unmarshal(doc, mw); err != nil {
 				return err
 			}
-			w.Name = strings.TrimSuffix(m.name, "-manager") + "-" + w.Name
-			for i := range w.Webhooks {
-				clientConfig(&w.Webhooks[i].ClientConfig)
+			for i := range mw.Webhooks {
+				configs = append(configs, &mw.Webhooks[i].ClientConfig)
 			}
-			if err := c.mgmt.Client.Create(ctx, w); err != nil {
-				return fmt.Errorf("registering %s's webhooks: %w", m.name, err)
-			}
-			c.webhooks = append(c.webhooks, "mutating/"+w.Name)
+			w = mw
 		case "ValidatingWebhookConfiguration":
-			w := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-			if err := yaml.Unmarshal(doc, w); err != nil {
+			vw := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			if err := yaml.Unmarshal(doc, vw); err != nil {
 				return err
 			}
-			w.Name = strings.TrimSuffix(m.name, "-manager") + "-" + w.Name
-			for i := range w.Webhooks {
-				clientConfig(&w.Webhooks[i].ClientConfig)
+			for i := range vw.Webhooks {
+				configs = append(configs, &vw.Webhooks[i].ClientConfig)
 			}
-			if err := c.mgmt.Client.Create(ctx, w); err != nil {
-				return fmt.Errorf("registering %s's webhooks: %w", m.name, err)
-			}
-			c.webhooks = append(c.webhooks, "validating/"+w.Name)
+			w = vw
+		default:
+			continue
 		}
+		for _, cc := range configs {
+			clientConfig(cc)
+		}
+		w.SetName(strings.TrimSuffix(m.name, "-manager") + "-" + w.GetName())
+		if err := c.mgmt.Client.Create(ctx, w); err != nil {
+			return fmt.Errorf("registering %s's webhooks: %w", m.name, err)
+		}
+		c.webhooks = append(c.webhooks, w)
 	}
 }
 
@@ -269,12 +273,7 @@ func (c *ClusterAPI) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, w := range c.webhooks {
-		kind, name, _ := strings.Cut(w, "/")
-		if kind == "mutating" {
-			_ = c.mgmt.Client.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}})
-		} else {
-			_ = c.mgmt.Client.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}})
-		}
+		_ = c.mgmt.Client.Delete(ctx, w)
 	}
 	c.core.Stop(10 * time.Second)
 	c.bootstrap.Stop(10 * time.Second)

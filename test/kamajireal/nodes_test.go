@@ -180,14 +180,17 @@ func TestNodeJoinsThePlane(t *testing.T) {
 		if err := plane.List(ctx, &pods, client.InNamespace("notebooks"), client.MatchingLabels{"app": "web"}); err != nil {
 			return err
 		}
+		// Ready: its httpd answered the kubelet's probe, over the VM's pod network.
 		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning && p.Spec.NodeName == node.Name {
-				return nil
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.Spec.NodeName == node.Name {
+					return nil
+				}
 			}
 		}
-		return fmt.Errorf("no Running pod of the release on %s yet: %s", node.Name, releaseState(ctx, k8s, web))
+		return fmt.Errorf("no Ready pod of the release on %s yet: %s", node.Name, releaseState(ctx, k8s, web))
 	})
-	t.Logf("placement release created → its pod Running on the plane's node: %s", time.Since(placed).Round(time.Millisecond))
+	t.Logf("placement release created → its pod Ready on the plane's node: %s", time.Since(placed).Round(time.Millisecond))
 
 	// A chart whose pod runs as root is refused by the plane's Pod Security, and the
 	// release says so in Pod Security's own words.
@@ -306,30 +309,9 @@ func readyNodes(t *testing.T, ctx context.Context, plane client.Client) map[stri
 	return out
 }
 
-// The suite's workload charts (startBedWith serves them).
-const (
-	webDeployment = `apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {{ .Release.Name }}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: {{ .Release.Name }}}}
-  template:
-    metadata: {labels: {app: {{ .Release.Name }}}}
-    spec:
-      containers:
-      - name: web
-        image: ` + vm.BusyboxImage + `
-        command: ["/bin/sh", "-c", "mkdir -p /tmp/www && echo hello > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"]
-        securityContext:
-          allowPrivilegeEscalation: false
-          runAsNonRoot: true
-          runAsUser: 65534
-          capabilities: {drop: [ALL]}
-          seccompProfile: {type: RuntimeDefault}
-`
-	rootPodManifest = `apiVersion: v1
+// rootPodManifest is the suite's chart of a pod that runs as root (startBedWith serves
+// it, with devenv.WebChart).
+const rootPodManifest = `apiVersion: v1
 kind: Pod
 metadata:
   name: {{ .Release.Name }}
@@ -340,7 +322,6 @@ spec:
     command: ["/bin/sleep", "3600"]
     securityContext: {runAsUser: 0}
 `
-)
 
 // placementRelease is a HelmRelease of one of the suite's charts placed into the plane.
 func placementRelease(ns, name, chart string) *helmv2.HelmRelease {

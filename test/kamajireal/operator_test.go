@@ -129,7 +129,7 @@ func startBedWith(t *testing.T, ctx context.Context, o bedOptions) *bed {
 		"cni": {"templates/configmap.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cni\ndata:\n  installed: \"true\"\n"},
 		// A tenant's workload, for planes with nodes: a Deployment of the VM image's
 		// busybox that the restricted profile admits, and a pod that runs as root.
-		"web":  {"templates/deployment.yaml": webDeployment},
+		"web":  devenv.WebChart(),
 		"root": {"templates/pod.yaml": rootPodManifest},
 	})
 	if err != nil {

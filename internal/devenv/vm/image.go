@@ -18,6 +18,8 @@ import (
 type Image struct {
 	// Name is the reference pods use, e.g. localhost/computeplane/busybox:1.
 	Name string
+	// Dirs are directories to create, by path, with their modes.
+	Dirs map[string]int64
 	// Files maps an absolute path to its content; Links maps a path to a symlink target.
 	Files      map[string]FileContent
 	Links      map[string]string
@@ -43,9 +45,12 @@ func BusyboxImages() ([]Image, error) {
 	for _, applet := range []string{"sh", "sleep", "nc", "cat", "echo", "ls", "hostname", "id", "nslookup", "ip", "ping", "true", "false", "env", "timeout", "httpd", "mkdir", "touch", "test"} {
 		links["/bin/"+applet] = "busybox"
 	}
+	// A scratch /tmp anyone may write, as a base image has (a pod that runs as nobody
+	// writes there).
+	dirs := map[string]int64{"/tmp": 0o1777}
 	return []Image{
-		{Name: SandboxImage, Files: files, Links: links, Entrypoint: []string{"/bin/sleep", "2147483647"}},
-		{Name: BusyboxImage, Files: files, Links: links, Entrypoint: []string{"/bin/sh"}},
+		{Name: SandboxImage, Files: files, Links: links, Dirs: dirs, Entrypoint: []string{"/bin/sleep", "2147483647"}},
+		{Name: BusyboxImage, Files: files, Links: links, Dirs: dirs, Entrypoint: []string{"/bin/sh"}},
 	}, nil
 }
 
@@ -125,6 +130,17 @@ func (img Image) layer() ([]byte, error) {
 	}
 	sort.Strings(paths)
 	dirs := map[string]bool{}
+	own := make([]string, 0, len(img.Dirs))
+	for d := range img.Dirs {
+		own = append(own, d)
+	}
+	sort.Strings(own)
+	for _, d := range own {
+		dirs[d] = true
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d[1:] + "/", Mode: img.Dirs[d], ModTime: time.Unix(0, 0)}); err != nil {
+			return nil, err
+		}
+	}
 	for _, p := range paths {
 		for d := dirOf(p); d != "" && !dirs[d]; d = dirOf(d) {
 			dirs[d] = true
