@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -105,16 +106,20 @@ func (r *kubevirtMachines) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		map[string]any{"type": string(clusterv1.MachineExternalIP), "address": v.Address()},
 		map[string]any{"type": string(clusterv1.MachineInternalDNS), "address": km.GetName()},
 	}}
-	old, _, _ := unstructured.NestedMap(km.Object, "status")
-	for k, v := range status {
-		if old == nil {
-			old = map[string]any{}
-		}
-		old[k] = v
+	before, _, _ := unstructured.NestedMap(km.Object, "status")
+	merged := make(map[string]any, len(before)+len(status))
+	for k, v := range before {
+		merged[k] = v
 	}
-	_ = unstructured.SetNestedField(km.Object, old, "status")
-	if err := r.client.Status().Patch(ctx, km, patch); err != nil {
-		return ctrl.Result{}, err
+	for k, v := range status {
+		merged[k] = v
+	}
+	// Quiet when nothing changed: a KubevirtMachine is reconciled on every Machine event.
+	if !equality.Semantic.DeepEqual(before, merged) {
+		_ = unstructured.SetNestedField(km.Object, merged, "status")
+		if err := r.client.Status().Patch(ctx, km, patch); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if requeue {
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
