@@ -115,10 +115,10 @@ func sweepStale() {
 }
 
 // kubeadmPreflightIgnored are the kubeadm preflight checks that judge this host, not
-// the bootstrap data: the VM is a set of namespaces on a cgroup v1 host without systemd,
-// and its kubelet is the test bed's version whatever version the Machine names (a node
-// image carries the Machine's). Every other check runs.
-var kubeadmPreflightIgnored = []string{"SystemVerification", "KubeletVersion", "Service-Kubelet", "FileContent--proc-sys-net-bridge-bridge-nf-call-iptables"}
+// the bootstrap data: the VM is a set of namespaces on a cgroup v1 host (SystemVerification
+// refuses cgroup v1 for kubelet v1.35+) whose kernel may not have br_netfilter loaded.
+// Every other check runs.
+var kubeadmPreflightIgnored = []string{"SystemVerification", "FileContent--proc-sys-net-bridge-bridge-nf-call-iptables"}
 
 // writeBinaries lays out the VM image's /usr/bin as the VMs' PATH: the kubelet, and a
 // kubeadm that passes kubeadmPreflightIgnored to `kubeadm join`.
