@@ -12,11 +12,17 @@
 //     (core/reconcilers/cluster): owner references on the referenced objects, the
 //     infrastructure's and control plane's readiness and endpoint mirrored onto the Cluster,
 //     and deletion of what the Cluster owns before its finalizer comes off.
-//   - The garbage collector, for the objects those two make with owner references
-//     (envtest runs no kube-controller-manager).
+//     With Options.RealCore, Cluster API's real core manager runs instead
+//     (devenv.StartClusterAPI) and this stand-in does not.
+//   - CAPK v0.1.10's machine controller, sigs.k8s.io/cluster-api-provider-kubevirt
+//     (controllers/kubevirtmachine_controller.go), with Options.VMs: a KubevirtMachine's
+//     VM is booted from its Machine's bootstrap data on a vm.Host, and its Node gets the
+//     provider ID.
+//   - The garbage collector, for the objects the provider and the Cluster stand-in make
+//     with owner references (envtest runs no kube-controller-manager).
 //
 // Real Kamaji (test/devenv.RealKamaji) does the rest: the TenantControlPlane's status, its
 // certificates and kubeconfigs, and its control plane (run by the pod runner). Nothing here
-// writes a TenantControlPlane's status or a Kamaji Secret. KubeVirt and CAPK's machines
-// are not stood in for: node groups' MachineDeployments are left as applied.
+// writes a TenantControlPlane's status or a Kamaji Secret. Without Options.VMs, no
+// machine is stood in for: node groups' MachineDeployments are left as applied.
 package capistandin
