@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -39,6 +41,10 @@ func BusyboxImages() ([]Image, error) {
 	bin, err := os.ReadFile("/bin/busybox")
 	if err != nil {
 		return nil, fmt.Errorf("the VM images are made of Debian's busybox-static (apt-get install busybox-static): %w", err)
+	}
+	// An image has no libc: Debian's dynamically linked busybox package would not run there.
+	if f, err := elf.NewFile(bytes.NewReader(bin)); err != nil || f.Section(".interp") != nil {
+		return nil, errors.New("/bin/busybox is not a static binary: the VM images need Debian's busybox-static (apt-get install busybox-static)")
 	}
 	files := map[string]FileContent{"/bin/busybox": {Data: bin, Mode: 0o755}}
 	links := map[string]string{}
