@@ -49,7 +49,7 @@ type kubevirtMachines struct {
 	host   *vm.Host
 
 	mu        sync.Mutex
-	workloads map[types.NamespacedName]client.Client
+	workloads map[types.UID]client.Client // by Cluster UID: a recreated Cluster is another plane
 }
 
 func (r *kubevirtMachines) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -57,12 +57,13 @@ func (r *kubevirtMachines) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err := r.client.Get(ctx, req.NamespacedName, km); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	// A VM goes with its KubevirtMachine whether or not its Machine is still there.
+	if !km.GetDeletionTimestamp().IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, km)
+	}
 	machine, err := r.ownerMachine(ctx, km)
 	if err != nil || machine == nil {
 		return ctrl.Result{}, err
-	}
-	if !km.GetDeletionTimestamp().IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, km)
 	}
 	cluster := &clusterv1.Cluster{}
 	if err := r.client.Get(ctx, client.ObjectKey{Namespace: km.GetNamespace(), Name: machine.Spec.ClusterName}, cluster); err != nil {
@@ -148,14 +149,14 @@ func (r *kubevirtMachines) ownerMachine(ctx context.Context, km *unstructured.Un
 func (r *kubevirtMachines) updateNodeProviderID(ctx context.Context, cluster *clusterv1.Cluster, name, providerID string) (updated, requeue bool, err error) {
 	plane, err := r.workload(ctx, cluster)
 	if err != nil {
-		return false, true, nil // the plane is not reachable yet
+		return false, true, nil // no kubeconfig Secret yet
 	}
 	node := &corev1.Node{}
 	if err := plane.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		if apierrors.IsNotFound(err) {
-			return false, true, nil
+			return false, true, nil // the VM has not joined yet
 		}
-		return false, true, nil
+		return false, false, fmt.Errorf("reading node %s: %w", name, err)
 	}
 	if node.Spec.ProviderID == providerID {
 		return true, false, nil
@@ -164,14 +165,14 @@ func (r *kubevirtMachines) updateNodeProviderID(ctx context.Context, cluster *cl
 		return false, false, fmt.Errorf("node %s has provider ID %q, not %q", name, node.Spec.ProviderID, providerID)
 	}
 	if err := plane.Patch(ctx, node, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"providerID":%q}}`, providerID))); err != nil {
-		return false, true, nil
+		return false, false, fmt.Errorf("setting node %s's provider ID: %w", name, err)
 	}
 	return true, false, nil
 }
 
 // workload is a client of the plane, from the Cluster's <cluster>-kubeconfig Secret.
 func (r *kubevirtMachines) workload(ctx context.Context, cluster *clusterv1.Cluster) (client.Client, error) {
-	key := client.ObjectKeyFromObject(cluster)
+	key := cluster.UID
 	r.mu.Lock()
 	c, ok := r.workloads[key]
 	r.mu.Unlock()
@@ -192,7 +193,7 @@ func (r *kubevirtMachines) workload(ctx context.Context, cluster *clusterv1.Clus
 	}
 	r.mu.Lock()
 	if r.workloads == nil {
-		r.workloads = map[types.NamespacedName]client.Client{}
+		r.workloads = map[types.UID]client.Client{}
 	}
 	r.workloads[key] = c
 	r.mu.Unlock()

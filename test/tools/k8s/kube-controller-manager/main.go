@@ -11,6 +11,8 @@ import (
 
 	"k8s.io/component-base/cli"
 	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
+
+	_ "github.com/cozystack/computeplane/test/tools/k8s/internal/parentdeath"
 )
 
 func main() {

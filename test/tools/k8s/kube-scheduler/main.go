@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/component-base/cli"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+
+	_ "github.com/cozystack/computeplane/test/tools/k8s/internal/parentdeath"
 )
 
 func main() {

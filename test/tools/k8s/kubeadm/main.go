@@ -6,6 +6,8 @@ package main
 import (
 	"k8s.io/kubernetes/cmd/kubeadm/app"
 	utilerrors "k8s.io/kubernetes/cmd/kubeadm/app/util/errors"
+
+	_ "github.com/cozystack/computeplane/test/tools/k8s/internal/parentdeath"
 )
 
 func main() {

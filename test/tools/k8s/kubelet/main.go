@@ -11,6 +11,8 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	"k8s.io/kubernetes/cmd/kubelet/app"
+
+	_ "github.com/cozystack/computeplane/test/tools/k8s/internal/parentdeath"
 )
 
 func main() {
