@@ -4,9 +4,8 @@
 # outside the repository, once. Prints the directory holding `capi-manager` and
 # `capi-kubeadm-bootstrap-manager`.
 #
-# The module's go.mod replaces its api module with ./api, which the module zip does not
-# contain: the main module and the api module are downloaded separately and put together
-# in a writable copy (as flux.sh does for helm-controller).
+# The module's go.mod replaces its api module with ./api, which its zip lacks: modwork
+# (modfetch.sh) puts the two together, as for the Flux helm-controller.
 #
 # `capi.sh --path` prints the directory if both are built and fails otherwise, never
 # building (tests use it to find the binaries, or skip).
@@ -28,13 +27,8 @@ if [ "${1:-}" = --path ]; then
 fi
 echo "building cluster-api $VERSION managers into $dir (first time only)" >&2
 mkdir -p "$dir"
-main=$(moddir "sigs.k8s.io/cluster-api@$VERSION")
-api=$(moddir "sigs.k8s.io/cluster-api/api@$VERSION")
 work="$dir/src"
-rm -rf "$work"
-cp -r "$main" "$work" && chmod -R u+w "$work"
-rm -rf "$work/api" && cp -r "$api" "$work/api" && chmod -R u+w "$work/api"
-GOFLAGS=-mod=mod moddeps "$work"
+modwork "sigs.k8s.io/cluster-api@$VERSION" "$work"
 pkg=sigs.k8s.io/cluster-api/version
 ldflags="-s -w -X $pkg.gitVersion=$VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=14 -X $pkg.gitTreeState=clean"
 (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$dir/capi-manager.tmp" ./core)

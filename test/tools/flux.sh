@@ -27,14 +27,8 @@ if [ "${1:-}" = --path ]; then
 fi
 echo "building helm-controller $VERSION into $dir (first time only)" >&2
 mkdir -p "$dir"
-main=$(moddir "github.com/fluxcd/helm-controller@$VERSION")
-api=$(moddir "github.com/fluxcd/helm-controller/api@$VERSION")
 work="$dir/src"
-rm -rf "$work"
-cp -r "$main" "$work" && chmod -R u+w "$work"
-rm -rf "$work/api" && cp -r "$api" "$work/api" && chmod -R u+w "$work/api"
-# Every module the build needs, fetched up front with retries (modfetch.sh).
-GOFLAGS=-mod=mod moddeps "$work"
+modwork "github.com/fluxcd/helm-controller@$VERSION" "$work"
 (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$bin.tmp" .)
 rm -rf "$work"
 mv "$bin.tmp" "$bin"

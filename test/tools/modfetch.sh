@@ -44,3 +44,17 @@ moddeps() {
     (cd "$d" && retry go mod download)
   done
 }
+
+# modwork MODULE@VERSION WORK: a writable copy of the module in WORK, with its api
+# submodule (MODULE/api@VERSION) copied into ./api: the module's go.mod replaces it with
+# ./api, which its zip does not contain, so `go install` is refused. Its dependencies are
+# fetched up front (moddeps).
+modwork() {
+  local mod=${1%@*} version=${1#*@} work=$2 main api
+  main=$(moddir "$mod@$version")
+  api=$(moddir "$mod/api@$version")
+  rm -rf "$work"
+  cp -r "$main" "$work" && chmod -R u+w "$work"
+  rm -rf "$work/api" && cp -r "$api" "$work/api" && chmod -R u+w "$work/api"
+  GOFLAGS=-mod=mod moddeps "$work"
+}
