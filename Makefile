@@ -11,6 +11,8 @@ HELM = $(shell test/tools/helm.sh)
 KAMAJI = $(shell test/tools/kamaji.sh)
 # Cluster API's core and kubeadm bootstrap managers, which test/kamajireal's nodes run.
 CAPI = $(shell test/tools/capi.sh)
+# The cilium-agent and its CNI plugin, which police the VM pods of test/kamajireal's nodes (~10 min and ~3.5 GB cold).
+CILIUM = $(shell test/tools/cilium.sh)
 IMG ?= ghcr.io/cozystack/computeplane:dev
 GO_TEST_FLAGS ?=
 
@@ -41,12 +43,12 @@ build: ## Build the manager binary into bin/.
 test: ## Run every test (unit and envtest on real apiservers) with -race.
 	test/tools/modules.sh # the module proxy's occasional 502 fails a lazy fetch: fetch up front, retrying
 	test/tools/flux.sh >/dev/null # test/kamajireal runs the real Flux (e2e stays opt-in: make e2e)
-	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) KAMAJI_BIN=$(KAMAJI) CLUSTER_API_BIN=$(CAPI) go test -race -count=1 -timeout 20m $(GO_TEST_FLAGS) ./...
+	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) KAMAJI_BIN=$(KAMAJI) CLUSTER_API_BIN=$(CAPI) CILIUM_BIN=$(CILIUM) go test -race -count=1 -timeout 20m $(GO_TEST_FLAGS) ./...
 
 .PHONY: demo
 demo: ## Run the embedded default: a local management apiserver, the manager and a sample plane.
 	test/tools/modules.sh # the module proxy's occasional 502 fails a lazy fetch: fetch up front, retrying
-	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) KAMAJI_BIN=$(KAMAJI) CLUSTER_API_BIN=$(CAPI) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) go run ./cmd/demo
+	KUBEBUILDER_ASSETS=$(TESTBIN) HELM=$(HELM) KAMAJI_BIN=$(KAMAJI) CLUSTER_API_BIN=$(CAPI) CILIUM_BIN=$(CILIUM) FLUX_HELM_CONTROLLER=$$(test/tools/flux.sh) go run ./cmd/demo
 
 .PHONY: e2e
 e2e: ## Run placement end to end with the real Flux helm-controller (built once, see test/tools/flux.sh), on the dev provider's planes and on a real Kamaji plane.

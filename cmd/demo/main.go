@@ -40,6 +40,8 @@ import (
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/internal/devenv/capistandin"
+	"github.com/cozystack/computeplane/internal/devenv/cilium"
+	"github.com/cozystack/computeplane/internal/devenv/vm"
 )
 
 func main() {
@@ -85,7 +87,7 @@ func run(ctx context.Context, stay, verbose bool) error {
 	}
 	step("Starting a management kube-apiserver and etcd (with the Cluster API, Kamaji, CAPK, Cilium and Flux CRDs)")
 	scheme := controllers.NewScheme()
-	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme, Bare: true, ClusterAPI: true})
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme, Bare: true, ClusterAPI: true, Cilium: true})
 	if err != nil {
 		return err
 	}
@@ -116,7 +118,7 @@ func run(ctx context.Context, stay, verbose bool) error {
 		return err
 	}
 	defer stopComponents()
-	for _, section := range []func() error{w.provision, w.showBeacon, w.insidePlane, w.nodes, w.tenantGuards, w.admissionChecks, w.grantsAndReconcile} {
+	for _, section := range []func() error{w.provision, w.showBeacon, w.insidePlane, w.nodes, w.egress, w.tenantGuards, w.admissionChecks, w.grantsAndReconcile} {
 		if err := section(); err != nil {
 			return err
 		}
@@ -142,6 +144,9 @@ type walkthrough struct {
 	infra   string           // its infrastructure namespace, once provisioned
 	// planeKubeconfig is the plane's admin kubeconfig, written by insidePlane.
 	planeKubeconfig string
+	// node is the management node whose cilium-agent polices the VMs' pods; vms the VMs.
+	node *cilium.Node
+	vms  *vm.Host
 }
 
 // startComponents installs the operator from its chart and starts Kamaji and the stand-ins
@@ -167,7 +172,7 @@ func (w *walkthrough) startComponents(scheme *runtime.Scheme, kamajiBin string, 
 
 	// Kamaji and Cluster API are other components with their own rights: they run as an
 	// administrator, while the operator has only the RBAC the chart gives it.
-	step("Starting Kamaji " + devenv.KamajiVersion + " (the real manager, with a TLS etcd DataStore; its control planes (kube-apiserver, kube-controller-manager, kube-scheduler) run as host processes), Cluster API " + devenv.ClusterAPIVersion + "'s real core and kubeadm bootstrap managers, and stand-ins for Kamaji's Cluster API provider and for KubeVirt (a VM is namespaces with containerd and a kubelet)")
+	step("Starting Kamaji " + devenv.KamajiVersion + " (the real manager, with a TLS etcd DataStore; its control planes (kube-apiserver, kube-controller-manager, kube-scheduler) run as host processes), Cluster API " + devenv.ClusterAPIVersion + "'s real core and kubeadm bootstrap managers, stand-ins for Kamaji's Cluster API provider and for KubeVirt (a VM is namespaces with containerd and a kubelet), and a management node whose real cilium-agent " + cilium.Version + " networks and polices the VMs' virt-launcher pods")
 	kamaji, err := devenv.StartRealKamaji(w.ctx, w.mgmt, devenv.RealKamajiOptions{Binary: kamajiBin, Proxy: proxy})
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,39 +13,65 @@ import (
 
 	cpv1 "github.com/cozystack/computeplane/api/v1alpha1"
 	"github.com/cozystack/computeplane/internal/devenv"
+	"github.com/cozystack/computeplane/internal/devenv/cilium"
 	"github.com/cozystack/computeplane/internal/devenv/vm"
 )
 
-// managementServiceCIDR is the management apiserver's --service-cluster-ip-range
-// (envtest's): the plane's control-plane Service, which its nodes join, has its ClusterIP
-// there.
-const managementServiceCIDR = "10.0.0.0/24"
-
-// startNodes starts Cluster API's real managers and the host of the VMs its Machines
-// boot; the returned func stops both.
-func (w *walkthrough) startNodes(proxy *devenv.PlaneProxy, dir string) (*vm.Host, func(), error) {
+// startNodes starts the management node with its real cilium-agent (the cluster DNS,
+// the plane's control-plane pods and an address outside the cluster with it), Cluster
+// API's real managers and the host of the VMs its Machines boot, each VM in a
+// virt-launcher pod of that node; the returned func stops them all.
+func (w *walkthrough) startNodes(proxy *devenv.PlaneProxy, dir string) (_ *vm.Host, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range slices.Backward(stops) {
+			s()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
 	capiBin, err := devenv.ClusterAPIBinaries()
 	if err != nil {
 		return nil, nil, err
 	}
-	host, err := vm.NewHost(vm.Options{Dir: filepath.Join(dir, "vms"), Binaries: w.mgmt.Env.BinaryAssetsDirectory,
-		ServiceCIDR: managementServiceCIDR, Resolve: proxy.Lookup, LookupService: w.serviceIP})
+	ciliumBin, err := devenv.CiliumBinaries()
+	if err != nil {
+		return nil, nil, err
+	}
+	if w.node, err = devenv.StartCiliumNode(w.ctx, w.mgmt, ciliumBin, filepath.Join(dir, "node")); err != nil {
+		return nil, nil, fmt.Errorf("%w (the demo's plane has a real node behind a real Cilium: run it as root, with `apt-get install clang llvm`)", err)
+	}
+	stops = append(stops, w.node.Close)
+	dns, err := w.node.ServeClusterDNS(w.ctx, w.serviceIP)
+	if err != nil {
+		return nil, nil, err
+	}
+	world, err := cilium.StartWorld()
+	if err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, world.Close)
+	cp := devenv.StartControlPlanePods(w.ctx, w.mgmt.Client, w.node, proxy)
+	stops = append(stops, cp.Stop)
+	host, err := vm.NewHost(vm.Options{Dir: filepath.Join(dir, "vms"), Binaries: w.mgmt.Env.BinaryAssetsDirectory, PodNetwork: w.node.VMs(dns)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w (the demo's plane has a real node: run it as root, with `apt-get install containerd runc iptables containernetworking-plugins busybox-static`)", err)
 	}
+	stops = append(stops, func() { _ = host.Close() })
+	w.vms = host
 	capiDir := filepath.Join(dir, "cluster-api")
 	if err := os.MkdirAll(capiDir, 0o755); err != nil {
 		return nil, nil, err
 	}
 	capi, err := devenv.StartClusterAPI(w.ctx, w.mgmt, devenv.ClusterAPIOptions{Binaries: capiBin, Dir: capiDir, Proxy: proxy})
 	if err != nil {
-		_ = host.Close()
 		return nil, nil, err
 	}
-	return host, func() {
-		capi.Stop()
-		_ = host.Close()
-	}, nil
+	stops = append(stops, capi.Stop)
+	return host, stop, nil
 }
 
 // startFlux starts the real Flux helm-controller and serves the demo's app chart as an
@@ -108,10 +135,10 @@ func (w *walkthrough) nodes() error {
 	if err := w.kubectl.run(plane("wait", "--for=condition=Ready", "-n", "notebooks", "pod/hello", "--timeout=120s")...); err != nil {
 		return fmt.Errorf("the pod did not run on the plane's node: %w", err)
 	}
+	// No `kubectl logs`: the plane's API server reaches its kubelets through konnectivity,
+	// which the test bed does not run, and the VMs' ingress baseline (rightly) refuses a
+	// control plane that dials a node directly.
 	if err := w.kubectl.run(plane("get", "pods", "-n", "notebooks", "-o", "wide")...); err != nil {
-		return err
-	}
-	if err := w.kubectl.until(30*time.Second, plane("logs", "-n", "notebooks", "hello")...); err != nil {
 		return err
 	}
 	step("A placement release lands on that node: the real Flux helm-controller installs it into the plane as the deployer, and its Deployment's pod runs there (Ready: its httpd answers the kubelet's probe)")

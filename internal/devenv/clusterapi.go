@@ -35,18 +35,24 @@ var ErrNoClusterAPI = errors.New("Cluster API's managers are not built: run test
 // capi-kubeadm-bootstrap-manager: $CLUSTER_API_BIN, or test/tools/capi.sh's cache
 // (never building).
 func ClusterAPIBinaries() (string, error) {
-	if d := os.Getenv("CLUSTER_API_BIN"); d != "" {
+	return builtTool("CLUSTER_API_BIN", "capi.sh", ErrNoClusterAPI)
+}
+
+// builtTool is the directory of a test/tools script's output: $env, or what `script
+// --path` prints (never building); notBuilt when neither names one.
+func builtTool(env, script string, notBuilt error) (string, error) {
+	if d := os.Getenv(env); d != "" {
 		return d, nil
 	}
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command(filepath.Join(root, "test", "tools", "capi.sh"), "--path")
+	cmd := exec.Command(filepath.Join(root, "test", "tools", script), "--path")
 	cmd.Env = OutsideEnv()
 	out, err := cmd.Output()
 	if err != nil {
-		return "", ErrNoClusterAPI
+		return "", notBuilt
 	}
 	return strings.TrimSpace(string(out)), nil
 }

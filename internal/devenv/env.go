@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/cozystack/computeplane/internal/devenv/cilium"
 )
 
 // OperatorUser is the user name the operator has on the management cluster as
@@ -136,6 +138,12 @@ type ManagementOptions struct {
 	// ClusterAPI loads the rest of Cluster API's CRDs (ClusterAPIManagerCRDs), which its
 	// real managers need (StartClusterAPI).
 	ClusterAPI bool
+	// Cilium prepares the apiserver for a management node with a real cilium-agent
+	// (internal/devenv/cilium): the rest of Cilium's CRDs (CiliumAgentCRDs), and the
+	// apiserver listening on every address and advertising the host's end of the node's
+	// link (cilium.HostIP), so the default/kubernetes Service's endpoints, which Cilium
+	// labels as the kube-apiserver entity, are where a pod on that node really reaches it.
+	Cilium bool
 }
 
 // StartManagement starts a management apiserver with the ComputePlane CRDs from
@@ -156,6 +164,13 @@ func StartManagement(o ManagementOptions) (*Cluster, error) {
 		}
 		upstream = append(upstream, more...)
 	}
+	if o.Cilium {
+		more, err := loadCRDSources(CiliumAgentCRDs)
+		if err != nil {
+			return nil, err
+		}
+		upstream = append(upstream, more...)
+	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: os.Getenv("KUBEBUILDER_ASSETS"),
 		CRDs:                  upstream,
@@ -167,6 +182,9 @@ func StartManagement(o ManagementOptions) (*Cluster, error) {
 	}
 	if err := restartable(env, certDir); err != nil {
 		return nil, err
+	}
+	if o.Cilium {
+		env.ControlPlane.GetAPIServer().Configure().Set("bind-address", "0.0.0.0").Set("advertise-address", cilium.HostIP)
 	}
 	if o.Bare {
 		c, err := start(env, o.Scheme)

@@ -100,6 +100,26 @@ var ClusterAPIManagerCRDs = []UpstreamCRDSource{
 	}, Labels: capiContract},
 }
 
+// CiliumAgentCRDs are the rest of Cilium's CRDs, which its agent waits for at start
+// (pkg/k8s/synced/crd.go agentCRDResourceNames; Cilium's operator would register them).
+// Only a management cluster that runs the agent (ManagementOptions.Cilium) loads these.
+var CiliumAgentCRDs = []UpstreamCRDSource{
+	{Module: "github.com/cilium/cilium", Version: "v1.18.4", Files: []string{
+		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumbgp*.yaml",
+		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumcidrgroups.yaml",
+		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumclusterwideenvoyconfigs.yaml",
+		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumegressgatewaypolicies.yaml",
+		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumendpoints.yaml",
+		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumenvoyconfigs.yaml",
+		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumidentities.yaml",
+		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumloadbalancerippools.yaml",
+		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumlocalredirectpolicies.yaml",
+		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumnodeconfigs.yaml",
+		"pkg/k8s/apis/cilium.io/client/crds/v2/ciliumnodes.yaml",
+		"pkg/k8s/apis/cilium.io/client/crds/v2alpha1/*.yaml",
+	}},
+}
+
 var (
 	upstreamOnce sync.Once
 	upstream     []*apiextensionsv1.CustomResourceDefinition

@@ -27,12 +27,16 @@ import (
 	"github.com/cozystack/computeplane/test/testkit"
 )
 
-// startNodes starts Cluster API's real managers and the VM host; it skips when this
-// machine cannot run VMs (not root, or containerd and the rest not installed).
+// startNodes starts Cluster API's real managers and the VM host, its VMs in pods of the
+// management node (startCilium); it skips when this machine cannot run VMs (not root,
+// or containerd and the rest not installed).
 func (b *bed) startNodes(t *testing.T, ctx context.Context, capiBin string) {
 	t.Helper()
-	host, err := vm.NewHost(vm.Options{Dir: t.TempDir(), Binaries: os.Getenv("KUBEBUILDER_ASSETS"),
-		ServiceCIDR: managementServiceCIDR, Resolve: proxy.Lookup, LookupService: b.serviceIP})
+	dns, err := b.node.ServeClusterDNS(ctx, b.serviceIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := vm.NewHost(vm.Options{Dir: t.TempDir(), Binaries: os.Getenv("KUBEBUILDER_ASSETS"), PodNetwork: b.node.VMs(dns)})
 	if errors.Is(err, vm.ErrUnsupported) {
 		t.Skip(err)
 	}
@@ -75,10 +79,6 @@ func (b *bed) serviceIP(service, namespace string) (string, bool) {
 	}
 	return svc.Spec.ClusterIP, true
 }
-
-// managementServiceCIDR is envtest's --service-cluster-ip-range: the plane's
-// control-plane Service has its ClusterIP there.
-const managementServiceCIDR = "10.0.0.0/24"
 
 // TestNodeJoinsThePlane: a node group of one becomes a real node of the plane through
 // the real chain: the operator's MachineDeployment, Cluster API's MachineSet and Machine,
@@ -267,14 +267,7 @@ func TestNodeJoinsThePlane(t *testing.T) {
 	t.Logf("instance type changed → the group's node replaced by one of the new template: %s", time.Since(rolled).Round(time.Millisecond))
 
 	// Deleting the plane deletes its machines, and with them its VM.
-	patch = client.MergeFrom(p.DeepCopy())
-	metav1.SetMetaDataAnnotation(&p.ObjectMeta, cpv1.UninstallAnnotation, "the test is done with it")
-	if err := k8s.Patch(ctx, p, patch); err != nil {
-		t.Fatal(err)
-	}
-	if err := k8s.Delete(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	deletePlane(t, ctx, k8s, p)
 	testkit.Poll(t, 3*time.Minute, 200*time.Millisecond, func() error {
 		if names := b.vms.Names(); len(names) > 0 {
 			return fmt.Errorf("VMs still running: %v; machines: %s", names, b.machines(ctx, p))
@@ -288,6 +281,20 @@ func TestNodeJoinsThePlane(t *testing.T) {
 	}
 	if left, _ := filepath.Glob("/sys/fs/cgroup/*/computeplane-vm-*"); len(left) > 0 {
 		t.Errorf("cgroups left: %v", left)
+	}
+}
+
+// deletePlane deletes the plane as its owner does, with its placement releases
+// uninstalled.
+func deletePlane(t *testing.T, ctx context.Context, k8s client.Client, p *cpv1.ComputePlane) {
+	t.Helper()
+	patch := client.MergeFrom(p.DeepCopy())
+	metav1.SetMetaDataAnnotation(&p.ObjectMeta, cpv1.UninstallAnnotation, "the test is done with it")
+	if err := k8s.Patch(ctx, p, patch); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, p); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv"
 	"github.com/cozystack/computeplane/internal/devenv/capistandin"
+	"github.com/cozystack/computeplane/internal/devenv/cilium"
 	"github.com/cozystack/computeplane/internal/devenv/vm"
 	"github.com/cozystack/computeplane/test/operatortest"
 	"github.com/cozystack/computeplane/test/testkit"
@@ -40,16 +41,25 @@ type bed struct {
 	kamaji *devenv.RealKamaji
 	flux   *devenv.HelmController
 	class  *cpv1.ComputePlaneClass
-	// With nodes: Cluster API's real managers, and the VMs its machines boot.
-	capi *devenv.ClusterAPI
-	vms  *vm.Host
+	// With nodes: Cluster API's real managers, and the VMs its machines boot; the
+	// management node whose real cilium-agent networks and polices the VMs' pods, the
+	// control-plane pods there, and an address outside the cluster.
+	capi  *devenv.ClusterAPI
+	vms   *vm.Host
+	node  *cilium.Node
+	cp    *devenv.ControlPlanePods
+	world *cilium.World
 }
 
 // bedOptions choose what runs besides Kamaji and Flux.
 type bedOptions struct {
 	// nodes runs Cluster API's real core and kubeadm bootstrap managers instead of the
 	// Cluster stand-in, and VMs for its machines (CAPK's machine controller stand-in on a
-	// vm.Host): node groups become real nodes of the plane.
+	// vm.Host): node groups become real nodes of the plane. Every VM is in a virt-launcher
+	// pod of a management node that a real cilium-agent networks and polices: the plane's
+	// control plane, the cluster DNS and the Services a plane may be granted are pods there
+	// too, reached through Cilium's own Service translation, so the operator's policies
+	// judge the nodes' real packets.
 	nodes bool
 }
 
@@ -76,13 +86,18 @@ func startBedWith(t *testing.T, ctx context.Context, o bedOptions) *bed {
 		t.Skip("the Flux helm-controller is not built: run test/tools/flux.sh (`make test` does), or set FLUX_HELM_CONTROLLER to its output")
 	}
 	scheme := controllers.NewScheme()
-	var capiBin string
+	var capiBin, ciliumBin string
 	if o.nodes {
 		if capiBin, err = devenv.ClusterAPIBinaries(); err != nil {
 			t.Skip(err)
 		}
 	}
-	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme, Webhooks: true, Audit: true, ClusterAPI: o.nodes})
+	if o.nodes {
+		if ciliumBin, err = devenv.CiliumBinaries(); err != nil {
+			t.Skip(err)
+		}
+	}
+	mgmt, err := devenv.StartManagement(devenv.ManagementOptions{Scheme: scheme, Webhooks: true, Audit: true, ClusterAPI: o.nodes, Cilium: o.nodes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +122,7 @@ func startBedWith(t *testing.T, ctx context.Context, o bedOptions) *bed {
 	})
 	var standins capistandin.Options
 	if o.nodes {
+		b.startCilium(t, ctx, ciliumBin)
 		b.startNodes(t, ctx, capiBin)
 		standins = capistandin.Options{RealCore: true, VMs: b.vms}
 	}

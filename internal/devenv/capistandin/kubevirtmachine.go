@@ -2,7 +2,10 @@ package capistandin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base32"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 
 	"github.com/cozystack/computeplane/controllers/render"
 	"github.com/cozystack/computeplane/internal/devenv/vm"
+	"github.com/cozystack/computeplane/netpol"
 )
 
 // KubevirtMachineKind is CAPK's machine kind, which Cluster API's MachineSet controller
@@ -84,7 +88,7 @@ func (r *kubevirtMachines) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err := r.client.Get(ctx, client.ObjectKey{Namespace: km.GetNamespace(), Name: *machine.Spec.Bootstrap.DataSecretName}, data); err != nil {
 		return ctrl.Result{}, err
 	}
-	v, err := r.host.Boot(ctx, km.GetName(), data.Data["value"])
+	v, err := r.host.Boot(ctx, km.GetName(), data.Data["value"], launcherPod(km))
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("booting the VM of KubevirtMachine %s: %w", req, err)
 	}
@@ -236,4 +240,24 @@ func (r *kubevirtMachines) clusterToKubevirtMachines(ctx context.Context, o clie
 		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&km)})
 	}
 	return out
+}
+
+// launcherPod is the pod KubeVirt's virt-controller would make for the KubevirtMachine's
+// VirtualMachineInstance (CAPK names the VM after the KubevirtMachine): in its
+// namespace, named virt-launcher-<vmi>-<suffix>, with the labels of the VM template CAPK
+// copies from spec.virtualMachineTemplate (the operator's plane selector among them),
+// kubevirt.io=virt-launcher and vm.kubevirt.io/name (kubevirt.io/kubevirt
+// pkg/virt-controller/services/template.go). The suffix comes from the UID, so the same
+// machine is always the same pod.
+func launcherPod(km *unstructured.Unstructured) vm.Pod {
+	labels := map[string]string{}
+	tmpl, _, _ := unstructured.NestedStringMap(km.Object, "spec", "virtualMachineTemplate", "spec", "template", "metadata", "labels")
+	for k, v := range tmpl {
+		labels[k] = v
+	}
+	labels[netpol.VirtLauncherLabel] = netpol.VirtLauncherValue
+	labels["vm.kubevirt.io/name"] = km.GetName()
+	sum := sha256.Sum256([]byte(km.GetUID()))
+	suffix := strings.ToLower(base32.StdEncoding.EncodeToString(sum[:]))[:5]
+	return vm.Pod{Namespace: km.GetNamespace(), Name: "virt-launcher-" + km.GetName() + "-" + suffix, Labels: labels}
 }

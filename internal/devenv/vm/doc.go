@@ -4,9 +4,10 @@
 // paravirtual nested KVM that stock guest kernels die on), so a VM is a set of Linux
 // namespaces with real node software inside:
 //
-//   - its own network namespace, whose eth0 is a veth to the host (virt-launcher's pod
-//     interface), and its own UTS namespace with the VM's hostname (CAPK gives a VM its
-//     KubevirtMachine's name as local-hostname);
+//   - its own network namespace, whose eth0 is a veth to the host or, on a PodNetwork
+//     (the management node of internal/devenv/cilium), its virt-launcher pod's interface,
+//     policed by that node's Cilium; and its own UTS namespace with the VM's hostname (CAPK
+//     gives a VM its KubevirtMachine's name as local-hostname);
 //   - its own mount namespace: a private /run and its own /etc/kubernetes,
 //     /var/lib/kubelet, /etc/cni/net.d and pod log directories (the VM's disk), the rest
 //     of the host's filesystem shared (the disk image's binaries);

@@ -30,6 +30,10 @@ type Options struct {
 	LookupService func(service, namespace string) (string, bool)
 	// Images every VM's disk comes with; BusyboxImages when nil.
 	Images []Image
+	// PodNetwork, when set, is where each VM's network comes from: the VM is plumbed as
+	// its pod there (Boot's pod), and reaches Services and DNS through that network
+	// (ServiceCIDR, Resolve and LookupService are then unused).
+	PodNetwork PodNetwork
 }
 
 // Host runs VMs.
@@ -140,14 +144,15 @@ exec %[1]s "$@"
 	return os.WriteFile(filepath.Join(h.bin, "kubeadm"), []byte(script), 0o755)
 }
 
-// Boot starts a VM named name from its bootstrap data, unless it runs already.
-func (h *Host) Boot(ctx context.Context, name string, userData []byte) (*VM, error) {
+// Boot starts a VM named name from its bootstrap data, unless it runs already. pod is
+// the VM's pod on the host's PodNetwork (ignored without one).
+func (h *Host) Boot(ctx context.Context, name string, userData []byte, pod Pod) (*VM, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if v, ok := h.vms[name]; ok {
 		return v, nil
 	}
-	v, err := boot(ctx, h, name, userData)
+	v, err := boot(ctx, h, name, userData, pod)
 	if err != nil {
 		return nil, err
 	}

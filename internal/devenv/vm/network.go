@@ -1,25 +1,23 @@
 package vm
 
 import (
+	"context"
 	"fmt"
-	"io"
 	"net"
-	"os"
 	"os/exec"
-	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/cozystack/computeplane/internal/devenv/netns"
 )
 
-// network is one VM's link to the host: a network namespace whose eth0 is one end of a
-// veth pair, the host's end addressed in 10.251.<index>.0/24 (host .1, VM .2, the VM's
-// default route), as a virt-launcher pod's interface is the VM's way out. The VM's pods
-// are bridged in 10.252.<index>.0/24.
+// network is one VM's link to the world: a network namespace whose eth0 is either one end
+// of a veth pair, the host's end addressed in 10.251.<index>.0/24 (host .1, VM .2, the
+// VM's default route), or, on a PodNetwork, the interface of the VM's pod on the
+// management node (as a virt-launcher pod's interface is the VM's way out, policed by
+// the node's CNI). The VM's pods are bridged in 10.252.<index>.0/24.
 type network struct {
 	index   int
 	netns   string
@@ -27,6 +25,9 @@ type network struct {
 	hostIP  string
 	guestIP string
 	podCIDR string
+	// pods and pod, on a PodNetwork: the VM's pod there.
+	pods PodNetwork
+	pod  Pod
 }
 
 func newNetwork(index int) network {
@@ -42,42 +43,54 @@ func newNetwork(index int) network {
 
 // create makes the namespace and the link, removing what a crashed run left under the
 // same names first (the index is held under a host lock, so nothing live has them).
-func (n network) create() error {
+func (n *network) create(ctx context.Context) error {
 	n.destroy()
-	guestTmp := n.hostIf + "g"
-	steps := [][]string{
-		{"ip", "netns", "add", n.netns},
-		{"ip", "link", "add", n.hostIf, "type", "veth", "peer", "name", guestTmp},
-		{"ip", "link", "set", guestTmp, "netns", n.netns},
-		{"ip", "addr", "add", n.hostIP + "/24", "dev", n.hostIf},
-		{"ip", "link", "set", n.hostIf, "up"},
-		{"ip", "-n", n.netns, "link", "set", guestTmp, "name", "eth0"},
-		{"ip", "-n", n.netns, "addr", "add", n.guestIP + "/24", "dev", "eth0"},
-		{"ip", "-n", n.netns, "link", "set", "eth0", "up"},
-		{"ip", "-n", n.netns, "link", "set", "lo", "up"},
-		{"ip", "-n", n.netns, "route", "add", "default", "via", n.hostIP},
-		// What a node's kubeadm preflight and its pods' routing need.
-		{"ip", "netns", "exec", n.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
+	if n.pods != nil {
+		return n.attach(ctx)
 	}
-	for _, s := range steps {
-		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
-			n.destroy()
-			return fmt.Errorf("%s: %v: %s", strings.Join(s, " "), err, out)
-		}
+	link := netns.Link{Name: n.netns, HostIf: n.hostIf, HostIP: n.hostIP, IP: n.guestIP, Prefix: 24}
+	// What a node's kubeadm preflight and its pods' routing need.
+	if err := link.Create([]string{"ip", "netns", "exec", n.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"}); err != nil {
+		n.destroy()
+		return err
 	}
 	return nil
 }
 
-// destroy removes the namespace; the veth pair goes with it.
-func (n network) destroy() {
-	_ = exec.Command("ip", "netns", "del", n.netns).Run()
-	_ = exec.Command("ip", "link", "del", n.hostIf).Run()
+// attach makes the namespace the network of the VM's pod.
+func (n *network) attach(ctx context.Context) error {
+	if err := netns.Run([]string{"ip", "netns", "add", n.netns}, []string{"ip", "-n", n.netns, "link", "set", "lo", "up"}); err != nil {
+		n.destroy()
+		return err
+	}
+	ip, err := n.pods.Attach(ctx, n.pod, n.netns)
+	if err != nil {
+		n.destroy()
+		return fmt.Errorf("attaching the VM to its pod %s/%s: %w", n.pod.Namespace, n.pod.Name, err)
+	}
+	n.guestIP = ip
+	if err := netns.Run([]string{"ip", "netns", "exec", n.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"}); err != nil {
+		n.destroy()
+		return err
+	}
+	return nil
+}
+
+// destroy removes the namespace; the veth pair, or the pod's interface, goes with it (a
+// pod is detached first, so its network forgets it).
+func (n *network) destroy() {
+	if n.pods != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = n.pods.Detach(ctx, n.pod, n.netns)
+		cancel()
+	}
+	netns.Link{Name: n.netns, HostIf: n.hostIf}.Destroy()
 }
 
 // routeServices sends the VM's TCP to the management cluster's Service network (and its
 // pods') to the forwarder, which plays the management node's kube-proxy: the VM reaches
 // Services by their ClusterIPs, the plane's control plane among them.
-func (n network) routeServices(serviceCIDR string, forwarderPort int) error {
+func (n *network) routeServices(serviceCIDR string, forwarderPort int) error {
 	to := fmt.Sprintf("%s:%d", n.guestIP, forwarderPort)
 	for _, chain := range []string{"OUTPUT", "PREROUTING"} {
 		args := []string{"netns", "exec", n.netns, "iptables", "-w", "-t", "nat", "-A", chain, "-p", "tcp", "-d", serviceCIDR, "-j", "DNAT", "--to-destination", to}
@@ -100,8 +113,8 @@ type forwarder struct {
 	wg       sync.WaitGroup
 }
 
-func startForwarder(netns, ip string, resolve func(string) (string, bool)) (*forwarder, error) {
-	l, err := listenIn(netns, ip+":0")
+func startForwarder(name, ip string, resolve func(string) (string, bool)) (*forwarder, error) {
+	l, err := netns.Listen(name, ip+":0")
 	if err != nil {
 		return nil, err
 	}
@@ -145,20 +158,7 @@ func (f *forwarder) forward(c *net.TCPConn) {
 		_ = c.Close()
 		return
 	}
-	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		if tc, ok := dst.(*net.TCPConn); ok {
-			_ = tc.CloseWrite()
-		}
-		done <- struct{}{}
-	}
-	go pipe(up, c)
-	go pipe(c, up)
-	<-done
-	<-done
-	_ = c.Close()
-	_ = up.Close()
+	netns.Splice(c, up)
 }
 
 // soOriginalDst is SO_ORIGINAL_DST (linux/netfilter_ipv4.h).
@@ -188,62 +188,4 @@ func originalDst(c *net.TCPConn) (string, error) {
 	}
 	port := int(addr.Port>>8) | int(addr.Port&0xff)<<8
 	return fmt.Sprintf("%d.%d.%d.%d:%d", addr.Addr[0], addr.Addr[1], addr.Addr[2], addr.Addr[3], port), nil
-}
-
-// listenIn opens a TCP listener in the named network namespace.
-func listenIn(netns, addr string) (net.Listener, error) {
-	var l net.Listener
-	err := inNetns(netns, func() (err error) {
-		l, err = net.Listen("tcp", addr)
-		return err
-	})
-	return l, err
-}
-
-// listenPacketIn opens a UDP socket in the named network namespace.
-func listenPacketIn(netns, addr string) (net.PacketConn, error) {
-	var c net.PacketConn
-	err := inNetns(netns, func() (err error) {
-		c, err = net.ListenPacket("udp", addr)
-		return err
-	})
-	return c, err
-}
-
-// inNetns runs open (which makes sockets) on a thread inside the named network
-// namespace, and brings the thread back (a socket stays in the namespace it was made
-// in). A thread that cannot go back is never reused: it stays locked and ends with its
-// goroutine.
-func inNetns(netns string, open func() error) error {
-	ch := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		home, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- err
-			return
-		}
-		defer home.Close()
-		target, err := os.Open("/run/netns/" + netns)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			ch <- fmt.Errorf("entering %s: %w", netns, err)
-			return
-		}
-		openErr := open()
-		if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- fmt.Errorf("leaving %s: %w (the sockets opened stay open)", netns, err)
-			return // the thread stays locked: it dies with this goroutine
-		}
-		runtime.UnlockOSThread()
-		ch <- openErr
-	}()
-	return <-ch
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cozystack/computeplane/internal/devenv/hostproc"
+	"github.com/cozystack/computeplane/internal/devenv/netns"
 )
 
 // VM is one running VM.
@@ -22,7 +23,7 @@ type VM struct {
 	lock *os.File
 	dir  string // the VM's disk and logs
 	fwd  *forwarder
-	dns  *dnsServer
+	dns  *netns.DNS
 
 	holder     *hostproc.Process // holds the mount and UTS namespaces
 	containerd *hostproc.Process
@@ -48,6 +49,9 @@ func (v *VM) cgroup() string { return v.net.netns }
 // Address is the VM's address (its eth0).
 func (v *VM) Address() string { return v.net.guestIP }
 
+// Netns is the name of the VM's network namespace.
+func (v *VM) Netns() string { return v.net.netns }
+
 // PodCIDR is the subnet the VM's bridge gives its pods.
 func (v *VM) PodCIDR() string { return v.net.podCIDR }
 
@@ -62,7 +66,10 @@ func (v *VM) Bootstrapped() error {
 	return v.bootstrap
 }
 
-func boot(ctx context.Context, h *Host, name string, userData []byte) (_ *VM, err error) {
+func boot(ctx context.Context, h *Host, name string, userData []byte, pod Pod) (_ *VM, err error) {
+	if h.o.PodNetwork != nil && (pod.Namespace == "" || pod.Name == "") {
+		return nil, fmt.Errorf("VM %s: on a pod network a VM needs its pod's namespace and name", name)
+	}
 	cc, err := ParseUserData(userData, Metadata{InstanceID: name, LocalHostname: name})
 	if err != nil {
 		return nil, err
@@ -88,10 +95,19 @@ func boot(ctx context.Context, h *Host, name string, userData []byte) (_ *VM, er
 			return nil, err
 		}
 	}
-	if err := v.net.create(); err != nil {
+	if h.o.PodNetwork != nil {
+		v.net.pods, v.net.pod = h.o.PodNetwork, pod
+	}
+	if err := v.net.create(ctx); err != nil {
 		return nil, err
 	}
-	if h.o.ServiceCIDR != "" {
+	nameserver := v.net.guestIP
+	switch {
+	case h.o.PodNetwork != nil:
+		// The pod network's own Services and DNS: the node's CNI translates ClusterIPs
+		// and polices what the VM reaches.
+		nameserver = h.o.PodNetwork.Nameserver()
+	case h.o.ServiceCIDR != "":
 		if v.fwd, err = startForwarder(v.net.netns, v.net.guestIP, h.o.Resolve); err != nil {
 			return nil, err
 		}
@@ -99,14 +115,16 @@ func boot(ctx context.Context, h *Host, name string, userData []byte) (_ *VM, er
 			return nil, err
 		}
 	}
-	lookup := h.o.LookupService
-	if lookup == nil {
-		lookup = func(string, string) (string, bool) { return "", false }
+	if h.o.PodNetwork == nil {
+		lookup := h.o.LookupService
+		if lookup == nil {
+			lookup = func(string, string) (string, bool) { return "", false }
+		}
+		if v.dns, err = netns.ServeDNS(v.net.netns, v.net.guestIP+":53", lookup); err != nil {
+			return nil, err
+		}
 	}
-	if v.dns, err = startDNS(v.net.netns, v.net.guestIP, lookup); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(v.dir, "resolv.conf"), []byte(resolvConf(v.net.guestIP)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(v.dir, "resolv.conf"), []byte(netns.ResolvConf(nameserver)), 0o644); err != nil {
 		return nil, err
 	}
 	// cloud-init's manage_etc_hosts: the VM's own name resolves.
@@ -193,7 +211,7 @@ func (v *VM) doPowerOff(deleting bool) error {
 		v.fwd.close()
 	}
 	if v.dns != nil {
-		v.dns.close()
+		v.dns.Close()
 	}
 	v.net.destroy()
 	if v.lock != nil {

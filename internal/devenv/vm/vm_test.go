@@ -43,7 +43,7 @@ func TestVMRunsItsBootstrapData(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	userData := "## template: jinja\n#cloud-config\nwrite_files:\n-   path: /run/kubeadm/greeting\n    permissions: '0600'\n    content: |\n      hello {{ ds.meta_data.local_hostname }}\nruncmd:\n  - hostname > /run/seen-hostname && mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n"
-	v, err := h.Boot(ctx, "node-a", []byte(userData))
+	v, err := h.Boot(ctx, "node-a", []byte(userData), Pod{})
 	if err != nil {
 		t.Fatal(err)
 	}

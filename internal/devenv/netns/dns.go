@@ -1,4 +1,4 @@
-package vm
+package netns
 
 import (
 	"net"
@@ -12,41 +12,44 @@ import (
 // ClusterDomain is the management cluster's DNS domain.
 const ClusterDomain = "cluster.local"
 
-// resolvConf is the VM's /etc/resolv.conf, as virt-launcher's pod hands it to the VM
+// ResolvConf is a VM's /etc/resolv.conf, as virt-launcher's pod hands it to the VM
 // (over DHCP): the cluster's resolver, and the search path that makes
 // <service>.<namespace>.svc a name (Kamaji writes such names into the kubeconfigs a
 // node joins with: cluster-info's server is https://<tcp>.<ns>.svc:<port>).
-func resolvConf(nameserver string) string {
+func ResolvConf(nameserver string) string {
 	return "search svc." + ClusterDomain + " " + ClusterDomain + "\nnameserver " + nameserver + "\noptions ndots:5\n"
 }
 
-// dnsServer answers the VM's A queries for <service>.<namespace>.svc.cluster.local with
-// the Service's ClusterIP, as the management cluster's DNS does; every other name is
-// NXDOMAIN (nothing here resolves the outside world). It listens in the VM's network
-// namespace, on the VM's address.
-type dnsServer struct {
+// DNS answers A queries for <service>.<namespace>.svc.cluster.local with the Service's
+// ClusterIP, as the management cluster's DNS does; every other name is NXDOMAIN (nothing
+// here resolves the outside world). It listens in a network namespace: a standalone VM's
+// own, or the management node's kube-dns pod's.
+type DNS struct {
 	conn   net.PacketConn
 	lookup func(service, namespace string) (string, bool)
 	wg     sync.WaitGroup
 }
 
-func startDNS(netns, ip string, lookup func(service, namespace string) (string, bool)) (*dnsServer, error) {
-	conn, err := listenPacketIn(netns, ip+":53")
+// ServeDNS serves the management cluster's names on addr (ip:53) in the named network
+// namespace, from lookup (a Service's ClusterIP by name).
+func ServeDNS(name, addr string, lookup func(service, namespace string) (string, bool)) (*DNS, error) {
+	conn, err := ListenPacket(name, addr)
 	if err != nil {
 		return nil, err
 	}
-	s := &dnsServer{conn: conn, lookup: lookup}
+	s := &DNS{conn: conn, lookup: lookup}
 	s.wg.Add(1)
 	go s.serve()
 	return s, nil
 }
 
-func (s *dnsServer) close() {
+// Close stops serving.
+func (s *DNS) Close() {
 	_ = s.conn.Close()
 	s.wg.Wait()
 }
 
-func (s *dnsServer) serve() {
+func (s *DNS) serve() {
 	defer s.wg.Done()
 	buf := make([]byte, 1500)
 	for {
@@ -61,7 +64,7 @@ func (s *dnsServer) serve() {
 }
 
 // answer builds the reply to one query, nil for what is not a query.
-func (s *dnsServer) answer(query []byte) []byte {
+func (s *DNS) answer(query []byte) []byte {
 	var p dnsmessage.Parser
 	h, err := p.Start(query)
 	if err != nil || h.Response {
@@ -90,7 +93,7 @@ func (s *dnsServer) answer(query []byte) []byte {
 }
 
 // resolve maps <service>.<namespace>.svc.cluster.local. to the Service's ClusterIP.
-func (s *dnsServer) resolve(name string) (netip.Addr, bool) {
+func (s *DNS) resolve(name string) (netip.Addr, bool) {
 	rest, ok := strings.CutSuffix(strings.ToLower(name), ".svc."+ClusterDomain+".")
 	if !ok {
 		return netip.Addr{}, false
