@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,11 +45,13 @@ type bed struct {
 	// With nodes: Cluster API's real managers, and the VMs its machines boot; the
 	// management node whose real cilium-agent networks and polices the VMs' pods, the
 	// control-plane pods there, and an address outside the cluster.
-	capi  *devenv.ClusterAPI
-	vms   *vm.Host
-	node  *cilium.Node
-	cp    *devenv.ControlPlanePods
-	world *cilium.World
+	capi *devenv.ClusterAPI
+	vms  *vm.Host
+	node *cilium.Node
+	// autoscalerErr is the cluster-autoscaler stand-in's last error (a string).
+	autoscalerErr atomic.Value
+	cp            *devenv.ControlPlanePods
+	world         *cilium.World
 }
 
 // bedOptions choose what runs besides Kamaji and Flux.
@@ -124,7 +127,9 @@ func startBedWith(t *testing.T, ctx context.Context, o bedOptions) *bed {
 	if o.nodes {
 		b.startCilium(t, ctx, ciliumBin)
 		b.startNodes(t, ctx, capiBin)
-		standins = capistandin.Options{RealCore: true, VMs: b.vms}
+		standins = capistandin.Options{RealCore: true, VMs: b.vms, Autoscaler: true, AutoscalerFailed: func(d string, err error) {
+			b.autoscalerErr.Store(fmt.Sprintf("the autoscaler %s: %v", d, err))
+		}}
 	}
 	stopStandins, err := capistandin.StartWith(ctx, mgmt.Config, scheme, standins)
 	if err != nil {

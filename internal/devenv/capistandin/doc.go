@@ -18,6 +18,12 @@
 //     (controllers/kubevirtmachine_controller.go), with Options.VMs: a KubevirtMachine's
 //     VM is booted from its Machine's bootstrap data on a vm.Host, and its Node gets the
 //     provider ID.
+//   - The cluster-autoscaler's scale-up, kubernetes/autoscaler cluster-autoscaler
+//     (cloudprovider/clusterapi, core/scaleup), with Options.Autoscaler: for each
+//     autoscaler Deployment the operator renders, as its ServiceAccount and with the
+//     plane kubeconfig its pod mounts, pending pods grow their group up to its max
+//     (autoscaler.go, the plan pure in autoscaler_plan.go). The module proxy refuses
+//     k8s.io/autoscaler/cluster-autoscaler.
 //   - The garbage collector, for the objects the provider and the Cluster stand-in make
 //     with owner references (envtest runs no kube-controller-manager).
 //

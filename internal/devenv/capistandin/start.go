@@ -2,6 +2,7 @@ package capistandin
 
 import (
 	"context"
+	"time"
 
 	kamajiv1alpha1 "github.com/clastix/kamaji/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -40,6 +42,12 @@ type Options struct {
 	// VMs, when set, runs the KubevirtMachines' VMs (CAPK's machine controller); with no
 	// VMs, machines are not stood in for.
 	VMs *vm.Host
+	// Autoscaler runs the cluster-autoscaler stand-in (autoscaler.go) for the autoscaler
+	// Deployments the operator renders.
+	Autoscaler bool
+	// AutoscalerFailed, when set, hears each new error of an autoscaler's scan (the real
+	// one logs them), with the Deployment's namespace/name.
+	AutoscalerFailed func(deployment string, err error)
 }
 
 // StartWith is Start with a choice of stand-ins.
@@ -81,6 +89,12 @@ func StartWith(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o 
 			Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(machineToKubevirtMachine)).
 			Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(machines.clusterToKubevirtMachines)).
 			Complete(machines); err != nil {
+			return nil, err
+		}
+	}
+	if o.Autoscaler {
+		if err := mgr.Add(&autoscalers{admin: c, cfg: cfg, scheme: scheme, failed: o.AutoscalerFailed, last: map[types.UID]time.Time{},
+			told: map[string]string{}, errs: map[types.UID]error{}}); err != nil {
 			return nil, err
 		}
 	}
