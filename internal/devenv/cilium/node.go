@@ -99,7 +99,7 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 			n.Close()
 		}
 	}()
-	for _, d := range []string{"run", "state", "bpffs", "cgroupv2", "pods"} {
+	for _, d := range []string{"run", "state", "bpffs", "cgroupv2"} {
 		if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o700); err != nil {
 			return nil, err
 		}
@@ -155,7 +155,16 @@ func (n *Node) registerNode(ctx context.Context) error {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: NodeName, Labels: map[string]string{
 		corev1.LabelHostname: NodeName, corev1.LabelOSStable: "linux",
 	}}, Spec: corev1.NodeSpec{PodCIDR: PodCIDR, PodCIDRs: []string{PodCIDR}}}
-	if err := n.o.Client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := n.o.Client.Create(ctx, node); apierrors.IsAlreadyExists(err) {
+		// An earlier node's, on the same apiserver: this one takes it over.
+		if err := n.o.Client.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
+			return err
+		}
+		node.Spec.PodCIDR, node.Spec.PodCIDRs = PodCIDR, []string{PodCIDR}
+		if err := n.o.Client.Update(ctx, node); err != nil {
+			return fmt.Errorf("registering Node %s: %w", NodeName, err)
+		}
+	} else if err != nil {
 		return fmt.Errorf("registering Node %s: %w", NodeName, err)
 	}
 	node.Status = corev1.NodeStatus{
