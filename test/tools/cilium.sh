@@ -26,7 +26,7 @@ if [ "${1:-}" = --path ]; then
   echo "cilium $VERSION is not built: run $0" >&2
   exit 1
 fi
-echo "building cilium-agent $VERSION into $dir (first time only: ~6 min, ~3.5 GB of memory)" >&2
+echo "building cilium-agent $VERSION into $dir (first time only: ~10 min, ~3.5 GB of memory)" >&2
 mkdir -p "$dir"
 work="$dir/src"
 main=$(moddir "github.com/cilium/cilium@$VERSION")
@@ -38,7 +38,7 @@ ldflags="-s -w -X github.com/cilium/cilium/pkg/version.ciliumVersion=${VERSION#v
 # Two compiles at a time: the agent's link alone peaks at ~3.4 GB.
 (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -p 2 -trimpath -ldflags "$ldflags" -o "$dir/cilium-agent.tmp" ./daemon)
 (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$dir/cilium-cni.tmp" ./plugins/cilium-cni)
-rm -rf "$dir/lib" && mkdir -p "$dir/lib" && cp -r "$work/bpf" "$dir/lib/bpf"
+rm -rf "${dir:?}/lib" && mkdir -p "$dir/lib" && cp -r "$work/bpf" "$dir/lib/bpf"
 rm -rf "$work"
 mv "$dir/cilium-cni.tmp" "$dir/cilium-cni"
 mv "$dir/cilium-agent.tmp" "$dir/cilium-agent"
