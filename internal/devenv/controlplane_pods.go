@@ -34,9 +34,10 @@ type ControlPlanePods struct {
 	node   *cilium.Node
 	proxy  *PlaneProxy
 
+	pods map[types.UID]*cilium.Pod // the loop's alone (Stop reads it once the loop ended)
+
 	mu     sync.Mutex
-	pods   map[types.UID]*cilium.Pod
-	errs   map[types.UID]error
+	errs   map[types.UID]error // the loop writes, Errors reads
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -96,12 +97,14 @@ func (p *ControlPlanePods) pass(ctx context.Context) {
 			continue
 		}
 		pod, err := p.run(ctx, d)
+		if err == nil {
+			p.pods[d.UID] = pod
+		}
 		p.mu.Lock()
 		if err != nil {
 			p.errs[d.UID] = err
 		} else {
 			delete(p.errs, d.UID)
-			p.pods[d.UID] = pod
 		}
 		p.mu.Unlock()
 	}

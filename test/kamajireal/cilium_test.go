@@ -62,8 +62,8 @@ func (b *bed) startCilium(t *testing.T, ctx context.Context, bin string) {
 // and nothing else: not the management kube-apiserver (by the deny rule: the agent
 // counts the drop as the denylist's), not the node, not another namespace's pod, not an
 // address outside the cluster under internet: Deny. Each refusal is a dropped packet
-// the agent counts as a policy drop, and each refused address is reachable from the
-// node itself, so the path exists and only the policy stands in it. When the class
+// the agent counts as a policy drop, and each refused address answers a pod of the same
+// node that no policy selects, so the path exists and only the policy stands in it. When the class
 // opens the internet the world answers and the management kube-apiserver is still
 // refused by its deny rule. Revoking the grant closes the Service.
 func TestCiliumPolicesThePlanesNodes(t *testing.T) {
@@ -86,6 +86,14 @@ func TestCiliumPolicesThePlanesNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	secrets := b.backend(t, ctx, other.Name, "secrets", nil)
+	// A pod of the same node that no policy selects: every address the plane's node is
+	// refused must answer it, so the path (and Cilium's Service translation) exists and
+	// only the policy stands in the way.
+	free, err := b.node.RunPod(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: other.Name, Name: "probe", Labels: map[string]string{"app": "probe"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := free.Netns()
 
 	p, tcp, secret := b.readyPlaneNamed(t, ctx, p, created)
 	plane := planeClient(t, secret.Data[render.AdminKubeconfigKey], tcp)
@@ -127,17 +135,17 @@ func TestCiliumPolicesThePlanesNodes(t *testing.T) {
 		return nil
 	})
 
-	// Refused, each by policy, each reachable from the node itself.
+	// Refused, each by policy, each answering the unpoliced pod.
 	apiserver, err := url.Parse(b.mgmt.Config.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.refused(t, ctx, in, "the management kube-apiserver", net.JoinHostPort(cilium.HostIP, apiserver.Port()), cilium.DropDenylist, "")
-	b.refused(t, ctx, in, "the management kube-apiserver's Service", "10.0.0.1:443", cilium.DropDenylist, "-")
-	b.refused(t, ctx, in, "an address outside the cluster (internet: Deny)", cilium.WorldAddr, cilium.DropPolicyDenied, cilium.WorldBanner)
-	b.refused(t, ctx, in, "another namespace's Service", net.JoinHostPort(b.clusterIP(t, ctx, secrets), "80"), cilium.DropPolicyDenied, "-")
-	b.refused(t, ctx, in, "the granted Service's other port", net.JoinHostPort(filesIP, "81"), cilium.DropPolicyDenied, "-")
-	b.refused(t, ctx, in, "the management node itself", net.JoinHostPort(cilium.NodeIP, "9962"), cilium.DropPolicyDenied, "-")
+	b.refused(t, ctx, in, ctl, "the management kube-apiserver", net.JoinHostPort(cilium.HostIP, apiserver.Port()), cilium.DropDenylist, "")
+	b.refused(t, ctx, in, ctl, "the management kube-apiserver's Service", "10.0.0.1:443", cilium.DropDenylist, "")
+	b.refused(t, ctx, in, ctl, "an address outside the cluster (internet: Deny)", cilium.WorldAddr, cilium.DropPolicyDenied, cilium.WorldBanner)
+	b.refused(t, ctx, in, ctl, "another namespace's Service", net.JoinHostPort(b.clusterIP(t, ctx, secrets), "80"), cilium.DropPolicyDenied, "secrets:8080")
+	b.refused(t, ctx, in, ctl, "the granted Service's other port", net.JoinHostPort(filesIP, "81"), cilium.DropPolicyDenied, "files:8081")
+	b.refused(t, ctx, in, ctl, "the management node itself", net.JoinHostPort(cilium.NodeIP, "9962"), cilium.DropPolicyDenied, "")
 
 	// The class opens the internet: the world answers, and the management kube-apiserver,
 	// outside the cluster like the world, is still refused by its deny rule.
@@ -154,8 +162,8 @@ func TestCiliumPolicesThePlanesNodes(t *testing.T) {
 		return nil
 	})
 	t.Logf("class set to internet: Allow → the world reachable from the node: %s", time.Since(opened).Round(time.Millisecond))
-	b.refused(t, ctx, in, "the management kube-apiserver under internet: Allow", net.JoinHostPort(cilium.HostIP, apiserver.Port()), cilium.DropDenylist, "")
-	b.refused(t, ctx, in, "another namespace's Service under internet: Allow", net.JoinHostPort(b.clusterIP(t, ctx, secrets), "80"), cilium.DropPolicyDenied, "-")
+	b.refused(t, ctx, in, ctl, "the management kube-apiserver under internet: Allow", net.JoinHostPort(cilium.HostIP, apiserver.Port()), cilium.DropDenylist, "")
+	b.refused(t, ctx, in, ctl, "another namespace's Service under internet: Allow", net.JoinHostPort(b.clusterIP(t, ctx, secrets), "80"), cilium.DropPolicyDenied, "secrets:8080")
 
 	// The grant goes: the Service's owner removes its opt-in label.
 	revoked := time.Now()
@@ -171,7 +179,7 @@ func TestCiliumPolicesThePlanesNodes(t *testing.T) {
 		return nil
 	})
 	t.Logf("grant revoked → the Service unreachable from the node: %s", time.Since(revoked).Round(time.Millisecond))
-	b.refused(t, ctx, in, "the revoked Service", net.JoinHostPort(filesIP, "80"), cilium.DropPolicyDenied, "-")
+	b.refused(t, ctx, in, ctl, "the revoked Service", net.JoinHostPort(filesIP, "80"), cilium.DropPolicyDenied, "files:8080")
 
 	// Deleting the plane deletes its VM, the VM's pod and its control plane's: no pod or
 	// endpoint of it is left on the management node.
@@ -234,17 +242,15 @@ func (b *bed) clusterIP(t *testing.T, ctx context.Context, svc *corev1.Service) 
 }
 
 // refused checks that addr cannot be reached from inside the namespace in, for the reason
-// named (cilium.CheckRefused: a dropped packet, counted by the agent as such). control
-// says how the node itself reaches addr ("" connects, "-" skips, anything else is the
-// banner it must read): the path exists, only the policy stands in it.
-func (b *bed) refused(t *testing.T, ctx context.Context, in, what, addr, reason, control string) {
+// named (cilium.CheckRefused: a dropped packet, counted by the agent as such), and that it
+// answers from the namespace control, a pod no policy selects ("" connects; anything else
+// is the banner it must read): the path exists, only the policy stands in it.
+func (b *bed) refused(t *testing.T, ctx context.Context, in, control, what, addr, reason, banner string) {
 	t.Helper()
-	if control != "-" {
-		got, err := cilium.Reach(ctx, b.node.Netns(), addr)
-		if err != nil || (control != "" && got != control) {
-			t.Errorf("%s (%s) is not reachable from the management node itself (%q, %v): its refusal would prove nothing", what, addr, got, err)
-			return
-		}
+	got, err := cilium.Reach(ctx, control, addr)
+	if err != nil || (banner != "" && got != banner) {
+		t.Errorf("%s (%s) does not answer a pod no policy selects (%q, %v): its refusal would prove nothing", what, addr, got, err)
+		return
 	}
 	if _, _, err := b.node.CheckRefused(ctx, in, addr, reason); err != nil {
 		t.Errorf("from the plane's node, %s: %v", what, err)
